@@ -1,0 +1,80 @@
+"""The planner's output: how a step's GPUs are split between training and rollout.
+
+A ``Plan`` is what both backends (SimPy cluster, Ray runtime) execute; it carries the
+predictions it was chosen by, so a run can report predicted against achieved times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+LoopMode = Literal["sync", "async"]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """A training strategy on ``n_gpus = tp * pp * dp`` GPUs (EP splits experts inside DP*TP)."""
+
+    tp: int
+    pp: int
+    dp: int
+    ep: int = 1
+    zero_stage: int = 1
+    micro_batch: int = 1
+    recompute: bool = False
+
+    @property
+    def n_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutInstance:
+    """One rollout engine: ``tp`` GPUs on node ``node`` (starting at local GPU ``first_gpu``)."""
+
+    id: int
+    tp: int
+    bucket: int
+    node: int = 0
+    first_gpu: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """A group of rollout instances serving one context range ``[min_context, max_context)``.
+
+    Buckets are ordered: bucket 0 serves the shortest contexts. ``max_context`` is ``None`` for
+    the last (unbounded) bucket.
+    """
+
+    index: int
+    tp: int
+    min_context: int
+    max_context: int | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """GPU split, training strategy, rollout instances and buckets for one RL step.
+
+    ``colocated`` plans run rollout and training on the same GPUs one after the other (verl's
+    hybrid engine): then ``n_rollout_gpus == n_train_gpus == cluster size``.
+    """
+
+    n_rollout_gpus: int
+    n_train_gpus: int
+    train: TrainConfig
+    instances: tuple[RolloutInstance, ...]
+    buckets: tuple[Bucket, ...]
+    mode: LoopMode = "sync"
+    max_staleness: int = 0
+    colocated: bool = False
+    predicted_rollout_s: float = float("nan")
+    predicted_train_s: float = float("nan")
+    predicted_step_s: float = float("nan")
+    notes: dict[str, object] = field(default_factory=dict)
+
+    def instances_in(self, bucket: int) -> tuple[RolloutInstance, ...]:
+        """The instances of one bucket."""
+        return tuple(i for i in self.instances if i.bucket == bucket)

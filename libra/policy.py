@@ -1,0 +1,38 @@
+"""A policy bundles the three decisions a backend asks for each step.
+
+Backends (``sim`` and ``libra.runtime``) drive a ``Policy`` and nothing else: ``plan`` before a
+step (seeing only completed steps), ``scheduler`` to route that step's trajectories, ``pool`` to
+move workers between roles while it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from libra.cluster import ClusterSpec
+from libra.planner.plan import Plan
+from libra.pool.base import PoolPolicy
+from libra.scheduling.base import RolloutScheduler
+from libra.trace.columnar import StepArrays
+
+
+class Policy(Protocol):
+    """A named resource-management policy."""
+
+    name: str
+
+    def plan(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
+        """Plan the next step. ``history`` holds completed steps only (oldest first);
+        ``prompt_tokens`` the next step's prompt lengths, known before its rollout starts."""
+        ...
+
+    def scheduler(self, plan: Plan) -> RolloutScheduler:
+        """The router for a step run under ``plan``."""
+        ...
+
+    def pool(self, plan: Plan) -> PoolPolicy | None:
+        """The elastic pool for a step, or None for a fixed split."""
+        ...
