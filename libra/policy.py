@@ -23,14 +23,18 @@ class Policy(Protocol):
     """A named resource-management policy."""
 
     name: str
+    #: True only for upper-bound policies (``oracle``) that are handed the step's true future;
+    #: the backend then calls ``scheduler(plan, future=step_arrays)``. Every honest policy: False.
+    sees_future: bool
 
     def plan(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
         """Plan the next step. ``history`` holds completed steps only (oldest first);
         ``prompt_tokens`` the next step's prompt lengths, known before its rollout starts."""
         ...
 
-    def scheduler(self, plan: Plan) -> RolloutScheduler:
-        """The router for a step run under ``plan``."""
+    def scheduler(self, plan: Plan, future: StepArrays | None = None) -> RolloutScheduler:
+        """The router for a step run under ``plan``. ``future`` is given only when
+        ``sees_future`` is True (the oracle upper bound)."""
         ...
 
     def pool(self, plan: Plan) -> PoolPolicy | None:
