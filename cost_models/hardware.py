@@ -1,0 +1,95 @@
+"""The GPU catalog: the datasheet constants every timing and memory model starts from.
+
+Why a catalog and not free-form numbers: the planner, the simulator and the calibration files all
+key on the same GPU names, so one table keeps them consistent. Values are vendor datasheet
+figures (dense bf16, no sparsity); see docs/cost-model.md for sources and assumptions.
+
+Link assumptions (documented in docs/cost-model.md):
+- ``intra_node_bw`` is NVLink bandwidth per GPU per direction = datasheet total / 2
+  (A100 600 GB/s -> 300; A800 400 -> 200; H100/H200 900 -> 450).
+- ``inter_node_bw`` assumes one InfiniBand NIC per GPU (the DGX/HGX "rail" layout): 200 Gb/s
+  HDR (25 GB/s) for A100/A800 and 400 Gb/s NDR (50 GB/s) for H100/H200.
+- ``cpu`` stands for this machine, used by the small CPU engine and tests. Its memory is read
+  from the OS; its compute and bandwidth are conservative defaults (documented below) that
+  ``libra-calibrate profile``/``fit`` replace with measured operator timings.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from cost_models.errors import CostModelError
+
+GB = 1e9  # datasheets count memory and bandwidth in decimal gigabytes
+
+
+@dataclass(frozen=True, slots=True)
+class GPUSpec:
+    """One accelerator kind. Bytes, bytes/s and FLOP/s (SI units, no GiB)."""
+
+    name: str
+    memory_bytes: int  # HBM capacity
+    hbm_bw: float  # HBM bandwidth, B/s
+    bf16_flops: float  # dense bf16 tensor-core peak, FLOP/s
+    intra_node_bw: float  # NVLink, B/s per GPU per direction
+    inter_node_bw: float  # network, B/s per GPU (one NIC per GPU)
+    gpus_per_node: int = 8
+
+
+# Defaults for the ``cpu`` entry: a few-core server running fp32 torch matmuls reaches roughly
+# 50-200 GFLOP/s and streams ~10-20 GB/s; we take the low end so untuned predictions are
+# pessimistic rather than flattering. ``libra-calibrate profile --device cpu`` + ``fit`` replace
+# these with this machine's measured operator timings.
+CPU_DEFAULT_FLOPS = 1.0e11
+CPU_DEFAULT_MEM_BW = 1.0e10
+CPU_DEFAULT_INTRA_BW = 5.0e9  # shared-memory copies between processes on one host
+CPU_DEFAULT_INTER_BW = 1.25e9  # 10 GbE between hosts
+
+
+def _host_memory_bytes() -> int:
+    """Physical memory of this machine (falls back to 8 GB where sysconf is unavailable)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return int(8 * GB)
+
+
+def _cpu_spec() -> GPUSpec:
+    return GPUSpec(
+        name="cpu",
+        memory_bytes=_host_memory_bytes(),
+        hbm_bw=CPU_DEFAULT_MEM_BW,
+        bf16_flops=CPU_DEFAULT_FLOPS,
+        intra_node_bw=CPU_DEFAULT_INTRA_BW,
+        inter_node_bw=CPU_DEFAULT_INTER_BW,
+        gpus_per_node=1,
+    )
+
+
+GPUS: dict[str, GPUSpec] = {
+    "a100": GPUSpec("a100", int(80 * GB), 2.039e12, 312e12, 300 * GB, 25 * GB, 8),
+    "a800": GPUSpec("a800", int(80 * GB), 2.039e12, 312e12, 200 * GB, 25 * GB, 8),
+    "h100": GPUSpec("h100", int(80 * GB), 3.35e12, 989e12, 450 * GB, 50 * GB, 8),
+    "h200": GPUSpec("h200", int(141 * GB), 4.8e12, 989e12, 450 * GB, 50 * GB, 8),
+    "cpu": _cpu_spec(),
+}
+
+
+def get_gpu(name: str | GPUSpec) -> GPUSpec:
+    """The catalog entry for ``name`` (case-insensitive); a ``GPUSpec`` is returned unchanged.
+
+    Unknown names raise ``CostModelError`` listing the valid ones, so a typo on the command line
+    says what would work.
+    """
+    if isinstance(name, GPUSpec):
+        return name
+    key = str(name).strip().lower()
+    # tolerate the aiconfigurator folder spelling ("h100_sxm") and vendor suffixes ("a100-80g")
+    for suffix in ("_sxm", "-sxm", "-80g", "_80g", "-80gb"):
+        if key.endswith(suffix):
+            key = key[: -len(suffix)]
+    try:
+        return GPUS[key]
+    except KeyError:
+        raise CostModelError(f"unknown GPU {name!r}; valid: {', '.join(sorted(GPUS))}") from None
