@@ -9,6 +9,8 @@ Link assumptions (documented in docs/cost-model.md):
   (A100 600 GB/s -> 300; A800 400 -> 200; H100/H200 900 -> 450).
 - ``inter_node_bw`` assumes one InfiniBand NIC per GPU (the DGX/HGX "rail" layout): 200 Gb/s
   HDR (25 GB/s) for A100/A800 and 400 Gb/s NDR (50 GB/s) for H100/H200.
+- ``pcie_bw`` is achieved host<->GPU copy bandwidth from pinned memory: ~25 GB/s on PCIe
+  Gen4 x16 (A100/A800, 32 GB/s theoretical), ~50 GB/s on Gen5 x16 (H100/H200, 64 theoretical).
 - ``cpu`` stands for this machine, used by the small CPU engine and tests. Its memory is read
   from the OS; its compute and bandwidth are conservative defaults (documented below) that
   ``libra-calibrate profile``/``fit`` replace with measured operator timings.
@@ -35,6 +37,7 @@ class GPUSpec:
     intra_node_bw: float  # NVLink, B/s per GPU per direction
     inter_node_bw: float  # network, B/s per GPU (one NIC per GPU)
     gpus_per_node: int = 8
+    pcie_bw: float = 25e9  # host <-> GPU, B/s achieved (offload/reload of weights and optimizer state)
 
 
 # Defaults for the ``cpu`` entry: a few-core server running fp32 torch matmuls reaches roughly
@@ -64,14 +67,15 @@ def _cpu_spec() -> GPUSpec:
         intra_node_bw=CPU_DEFAULT_INTRA_BW,
         inter_node_bw=CPU_DEFAULT_INTER_BW,
         gpus_per_node=1,
+        pcie_bw=CPU_DEFAULT_MEM_BW,  # "host transfers" on a CPU device are memory copies
     )
 
 
 GPUS: dict[str, GPUSpec] = {
     "a100": GPUSpec("a100", int(80 * GB), 2.039e12, 312e12, 300 * GB, 25 * GB, 8),
     "a800": GPUSpec("a800", int(80 * GB), 2.039e12, 312e12, 200 * GB, 25 * GB, 8),
-    "h100": GPUSpec("h100", int(80 * GB), 3.35e12, 989e12, 450 * GB, 50 * GB, 8),
-    "h200": GPUSpec("h200", int(141 * GB), 4.8e12, 989e12, 450 * GB, 50 * GB, 8),
+    "h100": GPUSpec("h100", int(80 * GB), 3.35e12, 989e12, 450 * GB, 50 * GB, 8, 50 * GB),
+    "h200": GPUSpec("h200", int(141 * GB), 4.8e12, 989e12, 450 * GB, 50 * GB, 8, 50 * GB),
     "cpu": _cpu_spec(),
 }
 

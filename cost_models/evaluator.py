@@ -1,0 +1,148 @@
+"""``CostEvaluator``: the one object the planner and the simulator ask "how long" and "does it
+fit" for a (GPU, model) pair.
+
+Why a facade: callers should not assemble catalogs, operator sets, memory and timing modules
+themselves, and they must all agree on the same calibration. The evaluator binds them once and
+caches what is expensive (the decode coefficient tables per TP degree).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+from numpy.typing import ArrayLike
+
+from cost_models import memory as _mem
+from cost_models import training as _train
+from cost_models import transfers as _xfer
+from cost_models.errors import CostModelError
+from cost_models.hardware import GPUSpec, get_gpu
+from cost_models.memory import MemoryReport
+from cost_models.models import ModelSpec, get_model
+from cost_models.operators import load_operators
+from cost_models.operators.base import OperatorSet
+from cost_models.rollout import RolloutTimer
+from cost_models.training import TrainStrategy
+
+
+class CostEvaluator:
+    """Timing and memory answers for one GPU kind and one model (see docs/cost-model.md)."""
+
+    def __init__(
+        self,
+        gpu: str | GPUSpec,
+        model: str | os.PathLike[str] | ModelSpec,
+        calibration: str | os.PathLike[str] | None = None,
+        gpus_per_node: int | None = None,
+        ops: OperatorSet | None = None,
+        gpu_mem_util: float = 0.9,
+        max_num_seqs: int = _mem.DEFAULT_MAX_NUM_SEQS,
+        max_num_batched_tokens: int = _mem.DEFAULT_MAX_BATCHED_TOKENS,
+    ) -> None:
+        spec = get_gpu(gpu)
+        if gpus_per_node is not None:
+            if gpus_per_node < 1:
+                raise CostModelError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
+            spec = replace(spec, gpus_per_node=int(gpus_per_node))
+        self.gpu: GPUSpec = spec
+        self.model: ModelSpec = get_model(model)
+        self.ops: OperatorSet = ops if ops is not None else load_operators(spec, calibration)
+        self.gpu_mem_util = gpu_mem_util
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self._rollout = RolloutTimer(self.ops, self.gpu, self.model)
+        self._kv_cap: dict[int, int] = {}
+
+    def __repr__(self) -> str:
+        return f"CostEvaluator(gpu={self.gpu.name!r}, model={self.model.name!r}, ops={self.ops!r})"
+
+    # ---- rollout ----------------------------------------------------------------------------
+    def decode_s(self, tp: ArrayLike, batch: ArrayLike, total_context: ArrayLike) -> Any:
+        """One decode iteration: ``batch`` sequences, ``total_context`` KV tokens summed over them."""
+        return self._rollout.decode_s(tp, batch, total_context)
+
+    def decode_coeffs(self, tp: ArrayLike, batch: ArrayLike) -> tuple[Any, Any]:
+        """``(base_s, per_kv_token_s)``: ``decode_s == base_s + per_kv_token_s * total_context``."""
+        return self._rollout.decode_coeffs(tp, batch)
+
+    def prefill_s(self, tp: ArrayLike, new_tokens: ArrayLike, cached_tokens: ArrayLike = 0, batch: ArrayLike = 1) -> Any:
+        """One forward over ``batch`` sequences each adding ``new_tokens`` after ``cached_tokens``."""
+        return self._rollout.prefill_s(tp, new_tokens, cached_tokens, batch)
+
+    def rollout_memory(self, tp: int) -> MemoryReport:
+        """Per-GPU memory of a rollout instance (weights, activation peak, reserve, KV cache)."""
+        return _mem.rollout_memory(
+            self.gpu, self.model, tp, self.gpu_mem_util, self.max_num_batched_tokens, self.max_num_seqs
+        )
+
+    def kv_capacity_tokens(self, tp: int) -> int:
+        """KV-cache tokens an instance of ``tp`` GPUs holds (0: the model does not fit)."""
+        cap = self._kv_cap.get(tp)
+        if cap is None:
+            cap = _mem.kv_capacity_tokens(
+                self.gpu, self.model, tp, self.gpu_mem_util, self.max_num_batched_tokens, self.max_num_seqs
+            )
+            self._kv_cap[tp] = cap
+        return cap
+
+    def max_running_seqs(self, tp: int) -> int:
+        """Most sequences an instance runs at once: vLLM's ``max_num_seqs`` (256) unless the KV
+        cache holds fewer blocks than that (every running sequence needs at least one block)."""
+        return min(self.max_num_seqs, self.kv_capacity_tokens(tp) // _mem.KV_BLOCK_TOKENS)
+
+    def valid_rollout_tps(self) -> list[int]:
+        """TP degrees that shard the model inside one node and leave room for a KV cache."""
+        return [t for t in _mem.valid_tps(self.model, self.gpu.gpus_per_node) if self.kv_capacity_tokens(t) > 0]
+
+    # ---- training ---------------------------------------------------------------------------
+    def validate(self, strategy: TrainStrategy, n_gpus: int | None = None) -> None:
+        """Raise ``CostModelError`` naming what would work if ``strategy`` cannot run."""
+        _train.validate_strategy(strategy, self.model, self.gpu, n_gpus)
+
+    def train_iter_s(self, strategy: TrainStrategy, tokens: int, seq_len: int) -> float:
+        """One optimizer step over ``tokens`` tokens in sequences of ``seq_len``."""
+        return _train.train_iter_s(self.ops, self.gpu, self.model, strategy, tokens, seq_len)
+
+    def forward_s(self, strategy: TrainStrategy, tokens: int, seq_len: int) -> float:
+        """A forward-only log-prob pass (old policy / reference model) over ``tokens``."""
+        return _train.forward_s(self.ops, self.gpu, self.model, strategy, tokens, seq_len)
+
+    def train_memory(self, strategy: TrainStrategy, seq_len: int) -> MemoryReport:
+        """Per-GPU training memory with suggestions when it does not fit."""
+        self.validate(strategy)
+        return _mem.train_memory(self.gpu, self.model, strategy, seq_len)
+
+    # ---- transfers --------------------------------------------------------------------------
+    def weight_sync_s(
+        self,
+        n_train_gpus: int,
+        train_tp: int,
+        train_pp: int,
+        rollout_tps: Sequence[int],
+        same_node: bool = False,
+        mode: _xfer.SyncMode = "broadcast",
+    ) -> float:
+        """Push the trained weights into every rollout instance (see ``transfers.weight_sync_s``)."""
+        return _xfer.weight_sync_s(
+            self.ops, self.gpu, self.model, n_train_gpus, train_tp, train_pp, rollout_tps, same_node, mode
+        )
+
+    def kv_migration_s(self, tokens: float, tp_src: int, tp_dst: int, same_node: bool = True) -> float:
+        """Move one sequence's ``tokens`` of KV cache between two instances."""
+        return _xfer.kv_migration_s(self.ops, self.model, tokens, tp_src, tp_dst, same_node)
+
+    def role_change_s(
+        self,
+        to: Literal["rollout", "train"],
+        rollout_tp: int = 1,
+        strategy: TrainStrategy | None = None,
+        offload_previous: bool = True,
+    ) -> float:
+        """One GPU switching role through host memory (see ``transfers.role_change_s``)."""
+        s = strategy or TrainStrategy(1, 1, 1)
+        return _xfer.role_change_s(
+            self.gpu, self.model, to, rollout_tp, s.tp, s.pp, s.dp, s.ep, s.zero_stage, offload_previous
+        )

@@ -1,0 +1,389 @@
+"""The memory model: what one GPU holds for a rollout instance or a training strategy.
+
+Why: the planner must only propose strategies that fit, the simulator's KV-cache capacity (and
+hence its batching and preemption) comes from here, and a user whose strategy does not fit wants
+to be told what would. Every size is computed from tensor shapes (``ModelSpec``), not from
+parameter-count rules of thumb, so GQA, SwiGLU, MoE and untied embeddings are right.
+
+Sharding rules (documented in docs/cost-model.md):
+- TP shards q/o projections, MLP (or each expert's FFN), embedding and LM head (vocab-parallel)
+  by ``tp``. KV heads shard by ``tp`` while ``tp <= n_kv_heads``; beyond that each GPU keeps one
+  KV head, i.e. KV heads are replicated ``tp / n_kv_heads`` times (vLLM and Megatron do this), so
+  KV bytes per GPU stop shrinking. Norms and the MoE router are replicated.
+- PP gives each stage ``ceil(L / pp)`` layers; the first stage also holds the embedding, the last
+  the final norm and LM head (a tied embedding is held by both when pp > 1). The heaviest stage
+  sets the per-GPU need.
+- EP gives each GPU ``n_experts / ep`` experts (EP ranks come from the DP dimension, Megatron's
+  layout), each expert's FFN still sharded by ``tp``.
+- Training state is mixed-precision Adam as in the ZeRO paper: bf16 weights (2 B/param), bf16
+  gradients (2 B/param), fp32 master weights + Adam m + v (12 B/param). ZeRO-1 shards the 12,
+  ZeRO-2 also the gradients, ZeRO-3 also the weights, across the DP group (experts across
+  ``dp / ep``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from cost_models.errors import CostModelError
+from cost_models.hardware import GPUSpec, get_gpu
+from cost_models.models import ModelSpec, get_model
+
+if TYPE_CHECKING:
+    from cost_models.training import TrainStrategy
+
+DTYPE_BYTES = 2  # bf16 weights, activations and KV cache
+ADAM_STATE_BYTES = 12  # fp32 master weights + Adam m + Adam v, per parameter
+GRAD_BYTES = 2  # bf16 gradients (the ZeRO paper's 2 + 2 + 12 accounting)
+
+# Training: CUDA context, cuBLAS/cuDNN workspaces and NCCL communicator buffers take ~1-2 GB per
+# process in PyTorch/DeepSpeed/Megatron jobs; the caching allocator's fragmentation typically
+# wastes a few percent of the device. Both are subtracted before anything else is placed.
+TRAIN_RESERVE_BYTES = 2.0e9
+TRAIN_FRAGMENTATION = 0.05
+
+# Rollout (vLLM-like): "non-torch" memory (CUDA context, cuBLAS workspace) ~1 GB, NCCL buffers
+# ~0.5 GB when TP > 1, CUDA-graph pools ~0.5 GB. vLLM counts these inside gpu_memory_utilization.
+ROLLOUT_CONTEXT_BYTES = 1.0e9
+ROLLOUT_NCCL_BYTES = 0.5e9
+ROLLOUT_CUDA_GRAPH_BYTES = 0.5e9
+KV_BLOCK_TOKENS = 16  # vLLM's default block size; capacity is a whole number of blocks
+DEFAULT_MAX_BATCHED_TOKENS = 8192  # vLLM V1 default max_num_batched_tokens (chunked prefill)
+DEFAULT_MAX_NUM_SEQS = 256  # vLLM default max_num_seqs
+
+
+# ---- sharding ----------------------------------------------------------------------------------
+def check_tp(model: ModelSpec, tp: int) -> None:
+    """TP must divide the attention heads, and divide or be a multiple of the KV heads."""
+    if tp < 1 or model.n_heads % tp or (model.n_kv_heads % tp and tp % model.n_kv_heads):
+        ok = [t for t in range(1, model.n_heads + 1) if _tp_ok(model, t)]
+        raise CostModelError(
+            f"tp={tp} does not shard {model.name} ({model.n_heads} heads, {model.n_kv_heads} KV heads); "
+            f"valid tp: {', '.join(map(str, ok))}"
+        )
+
+
+def _tp_ok(model: ModelSpec, tp: int) -> bool:
+    return model.n_heads % tp == 0 and (model.n_kv_heads % tp == 0 or tp % model.n_kv_heads == 0)
+
+
+def valid_tps(model: ModelSpec, max_tp: int) -> list[int]:
+    """TP degrees that shard ``model`` and stay within ``max_tp`` GPUs (a node)."""
+    return [t for t in range(1, max_tp + 1) if _tp_ok(model, t)]
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+    """KV heads one GPU holds: sharded while tp <= n_kv_heads, then one (replicated)."""
+    return max(1, model.n_kv_heads // tp)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int, dtype_bytes: int = DTYPE_BYTES) -> int:
+    """KV-cache bytes one token takes on each GPU of a TP group (all layers, K and V)."""
+    return 2 * model.n_layers * kv_heads_per_gpu(model, tp) * model.head_dim * dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ShardParams:
+    """Parameters one GPU holds: ``dense`` (replicated across DP) and ``expert`` (across DP/EP)."""
+
+    dense: float
+    expert: float
+    layers: int  # transformer blocks on this GPU's stage
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert
+
+
+def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float]:
+    """(dense, expert) parameters of ONE block on one GPU under TP (and EP for experts)."""
+    hd = model.head_dim
+    kvh = kv_heads_per_gpu(model, tp)
+    attn = 2 * model.hidden * model.q_dim / tp + 2 * model.hidden * kvh * hd
+    if model.attn_bias:
+        attn += model.q_dim / tp + 2 * kvh * hd
+    if model.qk_norm:
+        attn += 2 * hd
+    dense = attn + 2 * model.hidden  # + the two RMSNorms (replicated)
+    expert = 0.0
+    if model.is_moe:
+        expert = model.n_experts / ep * model.expert_params / tp
+        dense += model.hidden * model.n_experts  # router, replicated
+        if model.shared_expert_intermediate:
+            dense += 3 * model.hidden * model.shared_expert_intermediate / tp + model.hidden
+    else:
+        dense += 3 * model.hidden * model.intermediate / tp
+    return dense, expert
+
+
+def params_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1) -> ShardParams:
+    """Parameters on one GPU of the heaviest pipeline stage (see module docstring)."""
+    layers = math.ceil(model.n_layers / pp)
+    d, e = layer_params_per_gpu(model, tp, ep)
+    vocab_shard = model.vocab * model.hidden / tp
+    if pp == 1:
+        ends = vocab_shard + (0 if model.tie_embeddings else vocab_shard) + model.hidden
+    else:  # first stage: embedding; last stage: final norm + LM head (a tied copy too)
+        ends = max(vocab_shard, vocab_shard + model.hidden)
+    return ShardParams(dense=layers * d + ends, expert=layers * e, layers=layers)
+
+
+# ---- activations ---------------------------------------------------------------------------------
+def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: bool = False) -> float:
+    """Bytes one token's activations keep for backward in one block (flash attention, no
+    sequence parallelism, bf16).
+
+    Stored: residual input and RMSNorm output before attention and before the MLP (4 x 2h,
+    not TP-sharded), q/k/v and the attention output (sharded), flash attention's fp32
+    log-sum-exp per head, and for SwiGLU gate, up, silu(gate) and their product (4 x inter/tp).
+    MoE keeps the permuted input and the SwiGLU tensors per routed copy, plus fp32 router logits.
+    Full recomputation keeps only the block input (2h).
+    """
+    h = model.hidden
+    if recompute:
+        return DTYPE_BYTES * h
+    qkv = model.q_dim / tp + 2 * kv_heads_per_gpu(model, tp) * model.head_dim
+    b = DTYPE_BYTES * (4 * h + qkv + model.q_dim / tp) + 4 * model.n_heads / tp
+    if model.is_moe:
+        b += model.experts_per_token * DTYPE_BYTES * (h + 4 * model.moe_intermediate / tp)
+        b += 4 * model.n_experts
+        if model.shared_expert_intermediate:
+            b += DTYPE_BYTES * 4 * model.shared_expert_intermediate / tp
+    else:
+        b += DTYPE_BYTES * 4 * model.intermediate / tp
+    return b
+
+
+def logits_bytes_per_token(model: ModelSpec, tp: int) -> float:
+    """bf16 logits plus their fp32 copy for the log-softmax / loss (vocab-parallel)."""
+    return (DTYPE_BYTES + 4) * model.vocab / tp
+
+
+# ---- reports ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryReport:
+    """Per-GPU memory need against capacity. ``breakdown`` is bytes by component;
+    ``suggestions`` (only when it does not fit) lists changes that would fit, best first."""
+
+    fits: bool
+    capacity_bytes: float
+    total_bytes: float
+    breakdown: dict[str, float]
+    suggestions: tuple[str, ...] = ()
+    what: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.capacity_bytes - self.total_bytes
+
+    def summary(self) -> str:
+        """One line: need vs capacity and, if it does not fit, what would."""
+        gb = 1e9
+        s = f"{self.what}: {self.total_bytes / gb:.1f} GB of {self.capacity_bytes / gb:.1f} GB per GPU"
+        if self.fits:
+            return s + " (fits)"
+        tail = "; ".join(self.suggestions) if self.suggestions else "nothing nearby fits"
+        return s + f" (does not fit; would fit: {tail})"
+
+
+def _usable_train_bytes(gpu: GPUSpec) -> float:
+    return gpu.memory_bytes * (1.0 - TRAIN_FRAGMENTATION) - TRAIN_RESERVE_BYTES
+
+
+def train_breakdown(gpu: GPUSpec, model: ModelSpec, s: "TrainStrategy", seq_len: int) -> dict[str, float]:
+    """Bytes per GPU by component for training ``model`` with strategy ``s`` (heaviest stage)."""
+    p = params_per_gpu(model, s.tp, s.pp, s.ep)
+    dp_e = max(1, s.dp // s.ep)
+    sharded = p.dense / s.dp + p.expert / dp_e  # one DP shard of this GPU's parameters
+    z = s.zero_stage
+    weights = DTYPE_BYTES * (sharded if z >= 3 else p.total)
+    grads = GRAD_BYTES * (sharded if z >= 2 else p.total)
+    optim = ADAM_STATE_BYTES * (sharded if z >= 1 else p.total)
+    tokens = s.micro_batch * seq_len
+    per_layer = activation_bytes_per_token_layer(model, s.tp, s.recompute)
+    in_flight = s.pp  # 1F1B: the first stage holds pp micro-batches (assumes >= pp micro-batches)
+    acts = in_flight * p.layers * per_layer * tokens
+    if s.recompute:  # one block's full activations are rebuilt during its backward
+        acts += activation_bytes_per_token_layer(model, s.tp, False) * tokens
+    logits = logits_bytes_per_token(model, s.tp) * tokens
+    out = {"weights": weights, "gradients": grads, "optimizer": optim, "activations": acts, "logits": logits}
+    if z >= 3:  # gathered full-layer parameters: the current and the prefetched block
+        d, e = layer_params_per_gpu(model, s.tp, s.ep)
+        out["zero3_gather_buffers"] = 2 * DTYPE_BYTES * (d + e)
+    out["reserve"] = TRAIN_RESERVE_BYTES + TRAIN_FRAGMENTATION * gpu.memory_bytes
+    return out
+
+
+def train_memory(
+    gpu: str | GPUSpec, model: str | ModelSpec, strategy: "TrainStrategy", seq_len: int, suggest: bool = True
+) -> MemoryReport:
+    """Does ``strategy`` fit for sequences of ``seq_len`` tokens? With suggestions if not."""
+    g, m = get_gpu(gpu), get_model(model)
+    if seq_len < 1:
+        raise CostModelError(f"seq_len must be >= 1, got {seq_len}")
+    bd = train_breakdown(g, m, strategy, seq_len)
+    total = sum(bd.values())
+    ok = total <= g.memory_bytes
+    sugg: tuple[str, ...] = ()
+    if not ok and suggest:
+        sugg = _train_suggestions(g, m, strategy, seq_len)
+    return MemoryReport(ok, float(g.memory_bytes), total, bd, sugg, what=f"train {_describe(strategy)} seq {seq_len}")
+
+
+def fits(
+    gpu: str | GPUSpec, model: str | ModelSpec, strategy: "TrainStrategy", seq_len: int
+) -> MemoryReport:
+    """Alias of ``train_memory`` with suggestions: the question the planner asks."""
+    return train_memory(gpu, model, strategy, seq_len, suggest=True)
+
+
+def _describe(s: "TrainStrategy") -> str:
+    txt = f"tp={s.tp} pp={s.pp} dp={s.dp}"
+    if s.ep > 1:
+        txt += f" ep={s.ep}"
+    txt += f" zero={s.zero_stage} mb={s.micro_batch}"
+    return txt + (" recompute" if s.recompute else "")
+
+
+def _valid_for(g: GPUSpec, m: ModelSpec, s: "TrainStrategy") -> bool:
+    return (
+        _tp_ok(m, s.tp)
+        and s.tp <= g.gpus_per_node
+        and m.n_layers % s.pp == 0
+        and (s.ep == 1 or (m.is_moe and m.n_experts % s.ep == 0 and s.dp % s.ep == 0))
+    )
+
+
+def _train_suggestions(g: GPUSpec, m: ModelSpec, s: "TrainStrategy", seq_len: int) -> tuple[str, ...]:
+    """Nearby strategies that fit: same GPUs first (recompute, ZeRO-3, TP/PP up with DP down),
+    then more GPUs (TP/PP/DP doubled), else the smallest GPU count that fits at all."""
+    n = s.tp * s.pp * s.dp
+    cands: list[tuple[int, str, Any]] = []
+    if not s.recompute:
+        cands.append((n, "recompute", replace(s, recompute=True)))
+    if s.zero_stage < 3:
+        cands.append((n, "ZeRO-3", replace(s, zero_stage=3)))
+        if not s.recompute:
+            cands.append((n, "ZeRO-3 + recompute", replace(s, zero_stage=3, recompute=True)))
+    if s.micro_batch > 1:
+        cands.append((n, "micro_batch=1", replace(s, micro_batch=1)))
+    if s.dp % 2 == 0:
+        cands.append((n, f"tp={s.tp * 2} dp={s.dp // 2}", replace(s, tp=s.tp * 2, dp=s.dp // 2)))
+        cands.append((n, f"pp={s.pp * 2} dp={s.dp // 2} (fewer layers per stage)", replace(s, pp=s.pp * 2, dp=s.dp // 2)))
+    cands.append((2 * n, f"tp={s.tp * 2} on {2 * n} GPUs", replace(s, tp=s.tp * 2)))
+    cands.append((2 * n, f"pp={s.pp * 2} on {2 * n} GPUs (fewer layers per stage)", replace(s, pp=s.pp * 2)))
+    if s.zero_stage >= 1:
+        cands.append((2 * n, f"dp={s.dp * 2} on {2 * n} GPUs (smaller ZeRO shards)", replace(s, dp=s.dp * 2)))
+    out = []
+    for _, label, c in sorted(cands, key=lambda x: x[0]):
+        if not _valid_for(g, m, c):
+            continue
+        total = sum(train_breakdown(g, m, c, seq_len).values())
+        if total <= g.memory_bytes:
+            out.append(f"{label} ({total / 1e9:.1f} GB)")
+        if len(out) == 4:
+            break
+    if out:
+        return tuple(out)
+    smallest = _smallest_fitting(g, m, s, seq_len)
+    if smallest is None:
+        return (f"no strategy up to 4096 GPUs fits {m.name} at seq {seq_len} on {g.name}",)
+    return (f"at least {smallest.tp * smallest.pp * smallest.dp} GPUs, e.g. {_describe(smallest)}",)
+
+
+def _smallest_fitting(g: GPUSpec, m: ModelSpec, s: "TrainStrategy", seq_len: int) -> "TrainStrategy | None":
+    tps = [t for t in valid_tps(m, g.gpus_per_node)]
+    pps = [p for p in range(1, m.n_layers + 1) if m.n_layers % p == 0]
+    n = 1
+    while n <= 4096:
+        for tp in reversed(tps):
+            for pp in pps:
+                if n % (tp * pp):
+                    continue
+                dp = n // (tp * pp)
+                c = replace(s, tp=tp, pp=pp, dp=dp, ep=1, zero_stage=3, recompute=True, micro_batch=1)
+                if _valid_for(g, m, c) and sum(train_breakdown(g, m, c, seq_len).values()) <= g.memory_bytes:
+                    return c
+        n *= 2
+    return None
+
+
+# ---- rollout (vLLM-like) -------------------------------------------------------------------------------
+def rollout_activation_peak_bytes(
+    model: ModelSpec, tp: int, max_num_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+) -> float:
+    """Peak transient memory of vLLM's profiling forward pass: one block's intermediates for
+    ``max_num_batched_tokens`` tokens (residual, norm output, q/k/v, attention output, SwiGLU
+    gate-up and its activation) plus fp32 logits and probabilities for ``max_num_seqs`` samples."""
+    h = model.hidden
+    qkv = model.q_dim / tp + 2 * kv_heads_per_gpu(model, tp) * model.head_dim
+    per_tok = DTYPE_BYTES * (2 * h + qkv + model.q_dim / tp)
+    if model.is_moe:
+        per_tok += model.experts_per_token * DTYPE_BYTES * (h + 3 * model.moe_intermediate / tp) + 4 * model.n_experts
+    else:
+        per_tok += DTYPE_BYTES * 3 * model.intermediate / tp
+    sampler = 2 * 4 * max_num_seqs * model.vocab
+    return max_num_batched_tokens * per_tok + sampler
+
+
+def rollout_reserve_bytes(tp: int) -> float:
+    """Non-torch memory of one vLLM worker (context, NCCL when tp > 1, CUDA graphs)."""
+    return ROLLOUT_CONTEXT_BYTES + ROLLOUT_CUDA_GRAPH_BYTES + (ROLLOUT_NCCL_BYTES if tp > 1 else 0.0)
+
+
+def rollout_memory(
+    gpu: str | GPUSpec, model: str | ModelSpec, tp: int, gpu_mem_util: float = 0.9,
+    max_num_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+) -> MemoryReport:
+    """A rollout instance's per-GPU budget: ``util * memory - weights - activation peak - reserve``
+    is the KV cache (``extra['kv_tokens']`` tokens, whole blocks). Fits when at least one KV
+    block remains; suggestions list the TP degrees that would."""
+    g, m = get_gpu(gpu), get_model(model)
+    check_tp(m, tp)
+    if not 0.0 < gpu_mem_util <= 1.0:
+        raise CostModelError(f"gpu_mem_util must be in (0, 1], got {gpu_mem_util}")
+    budget = gpu_mem_util * g.memory_bytes
+    bd = {
+        "weights": DTYPE_BYTES * params_per_gpu(m, tp).total,
+        "activation_peak": rollout_activation_peak_bytes(m, tp, max_num_batched_tokens, max_num_seqs),
+        "reserve": rollout_reserve_bytes(tp),
+    }
+    kv_bytes = budget - sum(bd.values())
+    per_tok = kv_bytes_per_token_per_gpu(m, tp)
+    tokens = 0 if kv_bytes <= 0 else int(kv_bytes // per_tok) // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS
+    bd["kv_cache"] = max(0.0, float(tokens * per_tok))
+    ok = tokens >= KV_BLOCK_TOKENS
+    sugg: tuple[str, ...] = ()
+    if not ok:
+        good = [
+            t for t in valid_tps(m, g.gpus_per_node)
+            if t > tp and kv_capacity_tokens(g, m, t, gpu_mem_util, max_num_batched_tokens, max_num_seqs) >= KV_BLOCK_TOKENS
+        ]
+        sugg = tuple(f"tp={t}" for t in good[:3]) or (f"no TP up to {g.gpus_per_node} fits {m.name} on {g.name}",)
+    return MemoryReport(
+        ok, budget, sum(bd.values()), bd, sugg, what=f"rollout {m.name} tp={tp} on {g.name}",
+        extra={"kv_tokens": tokens, "kv_bytes_per_token_per_gpu": per_tok},
+    )
+
+
+def kv_capacity_tokens(
+    gpu: str | GPUSpec, model: str | ModelSpec, tp: int, gpu_mem_util: float = 0.9,
+    max_num_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+) -> int:
+    """KV-cache tokens a rollout instance of ``tp`` GPUs holds (0 when the weights do not fit)."""
+    g, m = get_gpu(gpu), get_model(model)
+    check_tp(m, tp)
+    budget = gpu_mem_util * g.memory_bytes
+    free = (
+        budget
+        - DTYPE_BYTES * params_per_gpu(m, tp).total
+        - rollout_activation_peak_bytes(m, tp, max_num_batched_tokens, max_num_seqs)
+        - rollout_reserve_bytes(tp)
+    )
+    if free <= 0:
+        return 0
+    return int(free // kv_bytes_per_token_per_gpu(m, tp)) // KV_BLOCK_TOKENS * KV_BLOCK_TOKENS

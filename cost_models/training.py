@@ -1,0 +1,267 @@
+"""Training-step timing: one optimizer step of a TP x PP x DP (x EP) strategy, composed from
+operator timings.
+
+Why composed and not a single MFU number: the planner trades TP (all-reduces on NVLink) against
+PP (bubbles) against DP/ZeRO (gradient and parameter collectives, possibly over InfiniBand), so
+each of those terms must move the way it does on a real cluster. Every formula and constant is in
+docs/cost-model.md; in short, per micro-batch on the heaviest pipeline stage:
+
+- forward: per block the QKV/O/MLP GEMMs (TP-sharded, m = micro-batch tokens), flash attention,
+  MoE via ``moe_s``, RMSNorm/residual/SwiGLU elementwise traffic, 2 TP all-reduces, for MoE 2 EP
+  all-to-alls; the last stage adds the LM head and the fp32 log-softmax.
+- backward: every GEMM twice (dX and dW, with their own shapes), flash attention 2.5x forward
+  (FlashAttention-2 recomputes QK^T and does 5 instead of 2 matmuls), elementwise 2x, MoE 2x,
+  the same collectives again; full recomputation adds one forward.
+- ZeRO-3 gathers each block's parameters in forward and backward and reduce-scatters its
+  gradients, prefetched so a block costs ``max(compute, collective)``.
+- 1F1B pipeline: ``(m + p - 1) * (F + B + activation p2p)``, i.e. bubble (p-1)/(m+p-1).
+- after the last backward: DP gradient reduction (ZeRO-0 all-reduce, ZeRO-1 reduce-scatter +
+  parameter all-gather, overlapped with the last backward), ZeRO-2 parameter all-gather,
+  the Adam step (memory bound over this GPU's optimizer shard) and a fixed per-step overhead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from cost_models.errors import CostModelError
+from cost_models.hardware import GPUSpec
+from cost_models.memory import (
+    DTYPE_BYTES,
+    _tp_ok,
+    kv_heads_per_gpu,
+    layer_params_per_gpu,
+    params_per_gpu,
+    valid_tps,
+)
+from cost_models.models import ModelSpec
+from cost_models.operators.base import OperatorSet
+
+ATTN_BWD_FACTOR = 2.5  # FlashAttention-2 backward / forward time (5 vs 2 matmuls)
+OPT_STEP_BYTES = 28.0  # Adam: read+write fp32 master, m, v (24) + read grad (2) + write bf16 weight (2)
+STEP_OVERHEAD_S = 0.02  # per optimizer step: grad-norm/clip, scheduler, framework bookkeeping
+MICROBATCH_OVERHEAD_S = 1e-3  # per micro-batch: Python/launch overhead of DeepSpeed/Megatron loops
+OPERATOR_HEAD_DIM = 128  # the operator set's attention is for head_dim 128; other head dims scale heads
+
+
+@dataclass(frozen=True, slots=True)
+class TrainStrategy:
+    """A training strategy on ``tp * pp * dp`` GPUs; same field names as
+    ``libra.planner.plan.TrainConfig`` so the planner converts one to the other 1:1.
+    EP ranks are drawn from the DP dimension (``ep`` divides ``dp``)."""
+
+    tp: int
+    pp: int
+    dp: int
+    ep: int = 1
+    zero_stage: int = 1
+    micro_batch: int = 1
+    recompute: bool = False
+
+    @property
+    def n_gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def validate_strategy(s: TrainStrategy, model: ModelSpec, gpu: GPUSpec, n_gpus: int | None = None) -> None:
+    """Raise ``CostModelError`` naming what would work if ``s`` cannot run ``model`` on ``gpu``.
+
+    Rules: positive degrees; TP divides the attention heads and divides or is a multiple of the
+    KV heads (KV heads then replicate); TP within one node; PP divides the layers; EP only for
+    MoE, dividing the experts and DP; ZeRO stage 0-3; ``tp * pp * dp == n_gpus`` when given.
+    """
+    for f in ("tp", "pp", "dp", "ep", "micro_batch"):
+        v = getattr(s, f)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise CostModelError(f"{f} must be a positive integer, got {v!r}")
+    if s.zero_stage not in (0, 1, 2, 3):
+        raise CostModelError(f"zero_stage must be 0, 1, 2 or 3, got {s.zero_stage!r}")
+    if not _tp_ok(model, s.tp) or s.tp > gpu.gpus_per_node:
+        ok = ", ".join(map(str, valid_tps(model, gpu.gpus_per_node)))
+        raise CostModelError(
+            f"tp={s.tp} is invalid for {model.name} on {gpu.name} ({model.n_heads} heads, "
+            f"{model.n_kv_heads} KV heads, {gpu.gpus_per_node} GPUs per node); valid tp: {ok}"
+        )
+    if model.n_layers % s.pp:
+        raise CostModelError(
+            f"pp={s.pp} does not divide {model.n_layers} layers of {model.name}; "
+            f"valid pp: {', '.join(map(str, _divisors(model.n_layers)))}"
+        )
+    if s.ep > 1:
+        if not model.is_moe:
+            raise CostModelError(f"ep={s.ep} needs a MoE model; {model.name} is dense, use ep=1")
+        if model.n_experts % s.ep or s.dp % s.ep:
+            ok = [e for e in _divisors(model.n_experts) if s.dp % e == 0]
+            raise CostModelError(
+                f"ep={s.ep} must divide {model.n_experts} experts and dp={s.dp}; "
+                f"valid ep: {', '.join(map(str, ok))}"
+            )
+    if n_gpus is not None and s.n_gpus != n_gpus:
+        raise CostModelError(
+            f"tp*pp*dp = {s.tp}*{s.pp}*{s.dp} = {s.n_gpus} but {n_gpus} GPUs were given; "
+            f"e.g. dp={n_gpus // (s.tp * s.pp)}" + ("" if n_gpus % (s.tp * s.pp) == 0 else " is not integral: change tp/pp")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Phases:
+    """Seconds per micro-batch on one stage, split so the step formula can overlap them."""
+
+    fwd: float  # forward compute + TP/EP collectives
+    bwd: float  # backward (+ recompute) compute + collectives
+    fwd_zero3: float  # forward with ZeRO-3 gathers overlapped
+    bwd_zero: float  # backward with ZeRO-2/3 gradient reduce-scatter (and ZeRO-3 gathers) overlapped
+
+
+def _f(x: Any) -> float:
+    return float(x)
+
+
+def _gemm_fwd_bwd(ops: OperatorSet, m: float, n: float, k: float) -> tuple[float, float]:
+    """(forward, backward) seconds of Y[m,n] = X[m,k] W[k,n]: backward is dX = dY W^T
+    (m x n x k) and dW = X^T dY (k x m x n)."""
+    fwd = _f(ops.gemm_s(m, n, k))
+    bwd = _f(ops.gemm_s(m, k, n)) + _f(ops.gemm_s(k, n, m))
+    return fwd, bwd
+
+
+def _layer_times(
+    ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, seq_len: int
+) -> tuple[float, float, float, float]:
+    """(fwd, bwd, tp+ep comm per pass, ZeRO collective per pass) of one block, one micro-batch."""
+    tp, ep = s.tp, s.ep
+    m = float(s.micro_batch * seq_len)
+    h = float(model.hidden)
+    hd = model.head_dim
+    kvh = kv_heads_per_gpu(model, tp)
+    scale = hd / OPERATOR_HEAD_DIM
+    fwd = bwd = 0.0
+    for n, k in ((model.q_dim / tp + 2 * kvh * hd, h), (h, model.q_dim / tp)):
+        f, b = _gemm_fwd_bwd(ops, m, n, k)
+        fwd, bwd = fwd + f, bwd + b
+    attn = _f(ops.attn_prefill_s(s.micro_batch, seq_len, 0, model.n_heads / tp * scale, kvh * scale))
+    fwd += attn
+    bwd += ATTN_BWD_FACTOR * attn
+    elementwise = 6 * m * h * DTYPE_BYTES  # two RMSNorms (read + write) and two residual adds
+    if model.is_moe:
+        moe = _f(ops.moe_s(m, h, model.moe_intermediate, model.experts_per_token, model.n_experts, tp, ep))
+        fwd, bwd = fwd + moe, bwd + 2 * moe
+        if model.shared_expert_intermediate:
+            for n, k in ((2 * model.shared_expert_intermediate / tp, h), (h, model.shared_expert_intermediate / tp)):
+                f, b = _gemm_fwd_bwd(ops, m, n, k)
+                fwd, bwd = fwd + f, bwd + b
+    else:
+        for n, k in ((2 * model.intermediate / tp, h), (h, model.intermediate / tp)):
+            f, b = _gemm_fwd_bwd(ops, m, n, k)
+            fwd, bwd = fwd + f, bwd + b
+        elementwise += 3 * m * model.intermediate / tp * DTYPE_BYTES  # SwiGLU: read gate, up; write
+    mb = _f(ops.memory_bound_s(elementwise))
+    fwd, bwd = fwd + mb, bwd + 2 * mb
+    comm = 2 * _f(ops.allreduce_s(m * h * DTYPE_BYTES, tp, False))
+    if model.is_moe and ep > 1:  # dispatch + combine all-to-all, modelled as an all-gather of the same bytes
+        ep_inter = tp * s.pp * ep > gpu.gpus_per_node
+        comm += 2 * _f(ops.allgather_s(m * model.experts_per_token * h * DTYPE_BYTES, ep, ep_inter))
+    d, e = layer_params_per_gpu(model, tp, ep)
+    dp_inter = s.n_gpus > gpu.gpus_per_node and s.dp > 1
+    zero = _f(ops.allgather_s(DTYPE_BYTES * (d + e), s.dp, dp_inter))
+    return fwd, bwd, comm, zero
+
+
+def _head_times(ops: OperatorSet, model: ModelSpec, s: TrainStrategy, seq_len: int) -> tuple[float, float]:
+    """LM head and fp32 log-softmax of the last stage: (forward, backward) seconds."""
+    m = float(s.micro_batch * seq_len)
+    f, b = _gemm_fwd_bwd(ops, m, model.vocab / s.tp, model.hidden)
+    sm = _f(ops.memory_bound_s(m * model.vocab / s.tp * (DTYPE_BYTES + 4 + 4)))
+    ar = _f(ops.allreduce_s(m * 4 * 2, s.tp, False))  # vocab-parallel max and sum-exp (fp32)
+    return f + sm + ar, b + 2 * sm
+
+
+def _phases(ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, seq_len: int) -> _Phases:
+    fwd_l, bwd_l, comm_l, zero_l = _layer_times(ops, gpu, model, s, seq_len)
+    layers = model.n_layers // s.pp
+    head_f, head_b = _head_times(ops, model, s, seq_len)
+    fwd_block = fwd_l + comm_l
+    bwd_block = bwd_l + comm_l + (fwd_block if s.recompute else 0.0)
+    fwd = layers * fwd_block + head_f
+    bwd = layers * bwd_block + head_b
+    if s.zero_stage >= 3:
+        fwd_z = layers * max(fwd_block, zero_l) + head_f
+        bwd_z = layers * max(bwd_block, 2 * zero_l) + head_b  # gather params + reduce-scatter grads
+    elif s.zero_stage == 2:
+        fwd_z = fwd
+        bwd_z = layers * max(bwd_block, zero_l) + head_b
+    else:
+        fwd_z, bwd_z = fwd, bwd
+    return _Phases(fwd, bwd, fwd_z, bwd_z)
+
+
+def _micro_batches(s: TrainStrategy, tokens: int, seq_len: int) -> int:
+    if tokens < 1 or seq_len < 1:
+        raise CostModelError(f"tokens and seq_len must be >= 1, got tokens={tokens}, seq_len={seq_len}")
+    seqs = math.ceil(tokens / seq_len)
+    per_rank = math.ceil(seqs / s.dp)
+    return math.ceil(per_rank / s.micro_batch)
+
+
+def _p2p(ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, seq_len: int) -> float:
+    if s.pp == 1:
+        return 0.0
+    inter = s.tp * s.pp > gpu.gpus_per_node
+    return _f(ops.p2p_s(s.micro_batch * seq_len * model.hidden * DTYPE_BYTES, inter))
+
+
+def train_iter_s(
+    ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, tokens: int, seq_len: int
+) -> float:
+    """Seconds of one optimizer step over ``tokens`` tokens packed in sequences of ``seq_len``
+    (``ceil(tokens / seq_len)`` sequences spread over DP ranks, ``micro_batch`` per micro-batch)."""
+    validate_strategy(s, model, gpu)
+    n_micro = _micro_batches(s, tokens, seq_len)
+    ph = _phases(ops, gpu, model, s, seq_len)
+    p2p = _p2p(ops, gpu, model, s, seq_len)
+    per_micro = ph.fwd_zero3 + ph.bwd_zero + (2 * p2p if s.pp > 1 else 0.0) + MICROBATCH_OVERHEAD_S
+    pipe = (n_micro + s.pp - 1) * per_micro
+    p = params_per_gpu(model, s.tp, s.pp, s.ep)
+    grad_bytes = DTYPE_BYTES * p.total
+    dp_inter = s.n_gpus > gpu.gpus_per_node and s.dp > 1
+    tail = 0.0
+    if s.dp > 1:
+        if s.zero_stage == 0:
+            red = _f(ops.allreduce_s(grad_bytes, s.dp, dp_inter))
+            tail += max(0.0, red - ph.bwd)  # bucketed all-reduce overlaps the last backward
+        elif s.zero_stage == 1:
+            red = _f(ops.allgather_s(grad_bytes, s.dp, dp_inter))  # reduce-scatter costs as all-gather
+            tail += max(0.0, red - ph.bwd) + _f(ops.allgather_s(grad_bytes, s.dp, dp_inter))
+        elif s.zero_stage == 2:
+            tail += _f(ops.allgather_s(grad_bytes, s.dp, dp_inter))  # updated parameters
+    shard = p.total / s.dp if s.zero_stage >= 1 else p.total
+    tail += _f(ops.memory_bound_s(OPT_STEP_BYTES * shard)) + STEP_OVERHEAD_S
+    return pipe + tail
+
+
+def forward_s(
+    ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, tokens: int, seq_len: int
+) -> float:
+    """Seconds of a forward-only log-prob pass (old policy or reference model) over ``tokens``:
+    the same pipeline with no backward, no gradient traffic and no optimizer step."""
+    validate_strategy(s, model, gpu)
+    n_micro = _micro_batches(s, tokens, seq_len)
+    ph = _phases(ops, gpu, model, s, seq_len)
+    p2p = _p2p(ops, gpu, model, s, seq_len)
+    return (n_micro + s.pp - 1) * (ph.fwd_zero3 + p2p + MICROBATCH_OVERHEAD_S)
+
+
+def train_flops(model: ModelSpec, tokens: int, seq_len: int, recompute: bool = False) -> float:
+    """Model FLOPs of one step (6 x active non-embedding params x tokens + attention + LM head;
+    8x with recomputation): the numerator of MFU reports."""
+    per_tok = 2.0 * (model.params_active - model.embedding_params - model.lm_head_params)
+    attn = 2.0 * 2.0 * model.n_layers * model.q_dim * (seq_len + 1) / 2.0
+    head = 2.0 * model.vocab * model.hidden
+    fwd = tokens * (per_tok + attn + head)
+    return fwd * (4.0 if recompute else 3.0)
