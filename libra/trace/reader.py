@@ -185,21 +185,50 @@ def duplicate_lines(path: str | os.PathLike[str], hashes: array, lines: array) -
     return out
 
 
-@dataclass
-class _Segment:
-    """A maximal run of valid trajectory lines of one step: bytes [start, end) of the
-    (decompressed) stream, starting at line ``first_line``, holding ``count`` trajectories."""
+class _Segments:
+    """Maximal runs of valid trajectory lines of one step, as parallel int64 arrays (40 bytes a
+    run, so even a fully interleaved file costs little): run ``k`` covers bytes
+    ``[start[k], end[k])`` of the (decompressed) stream and begins at line ``first_line[k]``."""
 
-    step: int
-    start: int
-    end: int
-    first_line: int
-    count: int
+    def __init__(self) -> None:
+        self.step = array("q")
+        self.start = array("q")
+        self.end = array("q")
+        self.first_line = array("q")
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def add(self, step: int, start: int, end: int, line: int) -> None:
+        """Extend the last run when it has the same step, else start a new one."""
+        if self.step and self.step[-1] == step:
+            self.end[-1] = end
+        else:
+            self.step.append(step)
+            self.start.append(start)
+            self.end.append(end)
+            self.first_line.append(line)
+
+    def ascending(self) -> bool:
+        """True when each step is one run and the runs ascend: one pass suffices."""
+        st = np.frombuffer(self.step, dtype=np.int64) if len(self.step) else np.zeros(0, np.int64)
+        return bool(np.all(st[1:] > st[:-1]))
+
+    def by_step(self) -> Iterator[tuple[int, list[int]]]:
+        """(step, run indices in file order) for each step, ascending."""
+        if not len(self.step):
+            return
+        st = np.frombuffer(self.step, dtype=np.int64)
+        order = np.argsort(st, kind="stable")
+        sorted_steps = st[order]
+        cuts = np.nonzero(sorted_steps[1:] != sorted_steps[:-1])[0] + 1
+        for idx in np.split(order, cuts):
+            yield int(st[idx[0]]), idx.tolist()
 
 
 @dataclass
 class _Index:
-    segments: list[_Segment] = field(default_factory=list)
+    segments: _Segments = field(default_factory=_Segments)
     step_counts: dict[int, int] = field(default_factory=dict)
     skip_lines: set[int] = field(default_factory=set)
     skipped: list[SkipRecord] = field(default_factory=list)
@@ -210,9 +239,8 @@ class _Index:
 
     @property
     def sorted(self) -> bool:
-        """True when each step is one contiguous run and the runs ascend: one pass suffices."""
-        segs = self.segments
-        return all(segs[i].step < segs[i + 1].step for i in range(len(segs) - 1))
+        """True when the file can be streamed step by step in one pass."""
+        return self.segments.ascending()
 
 
 @dataclass(frozen=True)
@@ -375,9 +403,8 @@ class TraceReader:
         index = _Index(fingerprint=self._fingerprint())
         hashes = array("q")
         lines = array("q")
-        segs = index.segments
+        add_segment = index.segments.add
         counts = index.step_counts
-        seg: _Segment | None = None
         header_line = self.header_line
         progress = self.progress
         n_turns = 0
@@ -405,12 +432,7 @@ class TraceReader:
                 lines.append(lineno)
                 n_turns += len(obj["turns"])
                 counts[step] = counts.get(step, 0) + 1
-                if seg is not None and seg.step == step:
-                    seg.end = off
-                    seg.count += 1
-                else:
-                    seg = _Segment(step, start, off, lineno, 1)
-                    segs.append(seg)
+                add_segment(step, start, off, lineno)
             if progress is not None:
                 progress(total, total)
         index.n_lines = lineno
@@ -511,22 +533,22 @@ class TraceReader:
 
     def _steps_seeked(self, index: _Index) -> Iterator[StepArrays]:
         self._check_unchanged(index)
-        by_step: dict[int, list[_Segment]] = {}
-        for seg in index.segments:
-            by_step.setdefault(seg.step, []).append(seg)
+        segs = index.segments
         with self._seekable() as f:
             skip = index.skip_lines
             done = 0
             total = index.n_trajectories
-            for step in sorted(by_step):
+            for step, runs in segs.by_step():
                 if step not in index.step_counts:
                     continue  # every trajectory of this step was a skipped duplicate
                 builder = _StepBuilder(step)
-                for seg in by_step[step]:
-                    f.seek(seg.start)
-                    chunk = f.read(seg.end - seg.start)
-                    for k, raw in enumerate(chunk.split(b"\n")):
-                        if not raw.strip() or (seg.first_line + k) in skip:
+                for k in runs:
+                    start = segs.start[k]
+                    f.seek(start)
+                    chunk = f.read(segs.end[k] - start)
+                    first = segs.first_line[k]
+                    for j, raw in enumerate(chunk.split(b"\n")):
+                        if not raw.strip() or (first + j) in skip:
                             continue
                         builder.add(_DECODER.decode(raw.decode("utf-8")))
                 done += len(builder.ids)
