@@ -110,22 +110,32 @@ class CostEvaluator:
         """A forward-only log-prob pass (old policy / reference model) over ``tokens``."""
         return _train.forward_s(self.ops, self.gpu, self.model, strategy, tokens, seq_len)
 
-    def train_memory(self, strategy: TrainStrategy, seq_len: int) -> MemoryReport:
-        """Per-GPU training memory with suggestions when it does not fit."""
+    def train_memory(self, strategy: TrainStrategy, seq_len: int, suggest: bool = True) -> MemoryReport:
+        """Per-GPU training memory; when it does not fit and ``suggest``, nearby strategies that
+        would (the search for them costs a few ms, so the planner's leaf checks switch it off)."""
         self.validate(strategy)
-        return _mem.train_memory(self.gpu, self.model, strategy, seq_len)
+        return _mem.train_memory(self.gpu, self.model, strategy, seq_len, suggest=suggest)
 
     # ---- transfers --------------------------------------------------------------------------
     def weight_sync_s(
         self,
-        n_train_gpus: int,
-        train_tp: int,
-        train_pp: int,
-        rollout_tps: Sequence[int],
+        n_train_gpus: int | None = None,
+        train_tp: int | None = None,
+        train_pp: int | None = None,
+        rollout_tps: Sequence[int] = (),
         same_node: bool = False,
         mode: _xfer.SyncMode = "broadcast",
+        strategy: TrainStrategy | None = None,
     ) -> float:
-        """Push the trained weights into every rollout instance (see ``transfers.weight_sync_s``)."""
+        """Push the trained weights into every rollout instance (``rollout_tps``: one TP degree
+        per instance). The trainer is given either as ``n_train_gpus, train_tp, train_pp`` or as
+        ``strategy``. See ``transfers.weight_sync_s`` for the broadcast and sharded forms."""
+        if strategy is not None:
+            n_train_gpus = strategy.n_gpus if n_train_gpus is None else n_train_gpus
+            train_tp = strategy.tp if train_tp is None else train_tp
+            train_pp = strategy.pp if train_pp is None else train_pp
+        if n_train_gpus is None or train_tp is None or train_pp is None:
+            raise CostModelError("weight_sync_s needs n_train_gpus, train_tp and train_pp, or strategy=")
         return _xfer.weight_sync_s(
             self.ops, self.gpu, self.model, n_train_gpus, train_tp, train_pp, rollout_tps, same_node, mode
         )

@@ -304,7 +304,7 @@ def _smallest_fitting(g: GPUSpec, m: ModelSpec, s: "TrainStrategy", seq_len: int
                 if n % (tp * pp):
                     continue
                 dp = n // (tp * pp)
-                c = replace(s, tp=tp, pp=pp, dp=dp, ep=1, zero_stage=3, recompute=True, micro_batch=1)
+                c = replace(s, tp=tp, pp=pp, dp=dp, ep=1, zero_stage=3 if dp > 1 else 0, recompute=True, micro_batch=1)
                 if _valid_for(g, m, c) and sum(train_breakdown(g, m, c, seq_len).values()) <= g.memory_bytes:
                     return c
         n *= 2
