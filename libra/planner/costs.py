@@ -1,0 +1,126 @@
+"""The planner's view of the cost evaluator, and cached tables over it.
+
+The policy core predicts with ``cost_models.CostEvaluator`` and nothing else. ``CostModel`` is the
+subset of that facade the planner, the routers and the pool call; it is a Protocol so tests can
+pass a small, clearly-labelled test double and so this module never imports the evaluator at
+import time (``libra`` must import fast and the evaluator loads catalogs/calibration).
+
+Why tables: the rollout DP evaluates a bucket's time for every instance count at once. The
+decode cost is affine in total context for a fixed (TP, batch) (``decode_coeffs``), so one table
+of (base, slope) per TP over batch 1..max_running_seqs turns every bucket-time evaluation into
+NumPy indexing instead of thousands of evaluator calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.planner.plan import TrainConfig
+
+
+class CostModel(Protocol):
+    """What the policy core calls on ``cost_models.CostEvaluator`` (same names and meaning)."""
+
+    model: Any  # ModelSpec: n_layers, n_heads, n_kv_heads, n_experts, params_total, ...
+    gpu: Any  # GPUSpec: memory_bytes, gpus_per_node, ...
+
+    def decode_coeffs(self, tp: Any, batch: Any) -> tuple[Any, Any]: ...
+
+    def prefill_s(self, tp: Any, new_tokens: Any, cached_tokens: Any = 0, batch: Any = 1) -> Any: ...
+
+    def kv_capacity_tokens(self, tp: int) -> int: ...
+
+    def max_running_seqs(self, tp: int) -> int: ...
+
+    def train_iter_s(self, strategy: Any, tokens: int, seq_len: int) -> float: ...
+
+    def forward_s(self, strategy: Any, tokens: int, seq_len: int) -> float: ...
+
+    def train_memory(self, strategy: Any, seq_len: int) -> Any: ...
+
+    def kv_migration_s(self, tokens: Any, tp_src: Any, tp_dst: Any, same_node: bool = True) -> Any: ...
+
+    def weight_sync_s(self, n_train_gpus: Any = None, train_tp: Any = None, train_pp: Any = None,
+                      rollout_tps: Any = (), same_node: bool = False, mode: Any = "broadcast", strategy: Any = None) -> float: ...
+
+    def role_change_s(self, to: str, rollout_tp: int = 1, strategy: Any = None, offload_previous: bool = True) -> float: ...
+
+
+def make_evaluator(cluster: ClusterSpec) -> CostModel:
+    """The real cost evaluator for a cluster (imported lazily: see the module docstring)."""
+    try:
+        from cost_models import CostEvaluator
+    except ImportError as exc:  # pragma: no cover - only before the evaluator lands
+        raise UserError(f"the cost evaluator is not available ({exc}); install the project with its cost_models package") from exc
+    return CostEvaluator(gpu=cluster.gpu, model=cluster.model, gpus_per_node=cluster.gpus_per_node)
+
+
+def to_strategy(cfg: TrainConfig) -> Any:
+    """``libra``'s TrainConfig as the evaluator's TrainStrategy (same field names, 1:1)."""
+    from cost_models.training import TrainStrategy
+
+    return TrainStrategy(
+        tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=cfg.ep, zero_stage=cfg.zero_stage, micro_batch=cfg.micro_batch, recompute=cfg.recompute
+    )
+
+
+def valid_tp_degrees(model: Any, gpus_per_node: int) -> tuple[int, ...]:
+    """TP degrees a rollout instance or a training group may use.
+
+    Rule (same as the cost model's): TP stays inside a node, divides the node's GPU count (so
+    instances pack nodes without holes), divides the attention heads, and either divides the KV
+    heads or is a multiple of them (then KV heads are replicated).
+    """
+    out = []
+    for tp in range(1, gpus_per_node + 1):
+        if gpus_per_node % tp or model.n_heads % tp:
+            continue
+        if model.n_kv_heads % tp and tp % model.n_kv_heads:
+            continue
+        out.append(tp)
+    return tuple(out)
+
+
+@dataclass
+class DecodeTable:
+    """Per-TP decode coefficients for batch 1..max_running_seqs, and per-token prefill cost.
+
+    ``base[tp][b-1] + slope[tp][b-1] * total_context`` is one decode iteration at batch ``b``.
+    ``prefill_per_token[tp]`` is the cost of one prompt/tool-return token, measured as a
+    ``chunk``-token prefill on top of ``cached`` tokens divided by ``chunk`` (prefill is nearly
+    linear in new tokens at the chunk sizes vLLM schedules).
+    """
+
+    ev: CostModel
+    tps: tuple[int, ...]
+    chunk: int = 512
+    cached: int = 4096
+    base: dict[int, np.ndarray] = field(default_factory=dict)
+    slope: dict[int, np.ndarray] = field(default_factory=dict)
+    max_seqs: dict[int, int] = field(default_factory=dict)
+    kv_capacity: dict[int, int] = field(default_factory=dict)
+    prefill_per_token: dict[int, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for tp in self.tps:
+            cap = int(self.ev.kv_capacity_tokens(tp))
+            self.kv_capacity[tp] = cap
+            if cap <= 0:
+                continue  # weights do not fit at this TP: not a rollout candidate
+            n = max(1, int(self.ev.max_running_seqs(tp)))
+            self.max_seqs[tp] = n
+            b = np.arange(1, n + 1)
+            base, slope = self.ev.decode_coeffs(np.full(n, tp), b)
+            self.base[tp] = np.broadcast_to(np.asarray(base, float), (n,)).copy()
+            self.slope[tp] = np.broadcast_to(np.asarray(slope, float), (n,)).copy()
+            self.prefill_per_token[tp] = float(self.ev.prefill_s(tp, self.chunk, self.cached, 1)) / self.chunk
+
+    @property
+    def usable_tps(self) -> tuple[int, ...]:
+        """TP degrees at which the weights fit and some KV cache is left."""
+        return tuple(tp for tp in self.tps if self.kv_capacity[tp] > 0)

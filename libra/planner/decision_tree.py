@@ -1,0 +1,264 @@
+"""The decision tree for training: every valid parallel strategy for ``n`` GPUs, pruned, ranked.
+
+Levels, top to bottom (each level's choices depend only on the levels above it):
+
+1. **TP** (tensor parallel): 1..gpus_per_node. Kept if it divides the node's GPU count (a TP
+   group never crosses a node), divides ``n``, divides the attention heads, and divides the KV
+   heads or is a multiple of them (KV heads are then replicated, as the cost model does).
+2. **PP** (pipeline): divisors of the layer count with ``TP * PP`` dividing ``n``.
+3. **DP** = ``n / (TP * PP)``: determined, no choice.
+4. **EP** (MoE only, else 1): divides the expert count and ``DP`` (expert-parallel groups are
+   carved out of the data-parallel ranks of a stage, the cost model's rule).
+5. **Micro-batch** in ``MICRO_BATCHES``: kept if the step has at least ``DP * micro_batch``
+   sequences (else some DP rank would get no data).
+6. **ZeRO stage** 1/2/3 and **recompute** off/on, with *dominance pruning*: the lowest ZeRO stage
+   that fits memory is kept and higher stages are dropped (they shard more state but add only
+   communication); recompute is tried only when nothing fits without it (it adds a forward pass).
+   With DP = 1 ZeRO shards nothing, so only stage 1 is listed.
+
+Every leaf is checked against the memory model (``train_memory(strategy, seq_len).fits``, at the
+LONGEST sequence the step is expected to train on) and the cost model's own validation; each
+pruned leaf keeps its reason. Survivors are ranked by predicted time of one RL training stage:
+the old-policy log-prob forward pass plus one optimizer step over the step's tokens
+(``forward_s + train_iter_s``, at the MEAN sequence length), plus a reference-model forward when
+a KL term is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from libra.planner.costs import CostModel
+from libra.planner.plan import TrainConfig
+
+MICRO_BATCHES: tuple[int, ...] = (1, 2, 4)
+ZERO_STAGES: tuple[int, ...] = (1, 2, 3)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A strategy (or a whole subtree, when ``config`` is partial) cut from the tree, and why."""
+
+    what: str
+    reason: str
+
+
+@dataclass
+class TreeResult:
+    """The ranked survivors (fastest first) and everything pruned on the way."""
+
+    n_gpus: int
+    ranked: list[tuple[float, TrainConfig]] = field(default_factory=list)
+    pruned: list[Pruned] = field(default_factory=list)
+
+    @property
+    def best(self) -> TrainConfig | None:
+        return self.ranked[0][1] if self.ranked else None
+
+    @property
+    def best_time_s(self) -> float:
+        return self.ranked[0][0] if self.ranked else float("inf")
+
+    def why_none(self) -> str:
+        """One line saying why nothing fits (the most informative memory reason)."""
+        mem = [p.reason for p in self.pruned if p.reason.startswith("memory")]
+        if mem:
+            return mem[-1]
+        return self.pruned[-1].reason if self.pruned else f"no strategy for {self.n_gpus} GPUs"
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _describe(tp: int, pp: int, dp: int, ep: int = 1, zero: int | None = None, mb: int | None = None, rc: bool | None = None) -> str:
+    s = f"tp={tp} pp={pp} dp={dp} ep={ep}"
+    if mb is not None:
+        s += f" mb={mb}"
+    if zero is not None:
+        s += f" zero={zero}"
+    if rc is not None:
+        s += f" recompute={rc}"
+    return s
+
+
+def enumerate_strategies(
+    ev: CostModel,
+    n_gpus: int,
+    sequences: int,
+    seq_len_memory: int,
+    gpus_per_node: int,
+    time_fn: Callable[[TrainConfig], float] | None = None,
+    dominance: bool = True,
+) -> TreeResult:
+    """Walk the tree for ``n_gpus`` training GPUs (see the module docstring).
+
+    ``sequences``: how many sequences the step trains on (limits DP x micro-batch);
+    ``seq_len_memory``: the longest sequence, for the memory check; ``time_fn`` ranks survivors
+    (None: survivors are listed unranked with time 0). ``dominance=False`` lists every fitting
+    ZeRO/recompute leaf (used by tests to check the dominance rule against the cost model).
+    """
+    model = ev.model
+    res = TreeResult(n_gpus)
+    if n_gpus < 1:
+        res.pruned.append(Pruned(f"{n_gpus} GPUs", "training needs at least one GPU"))
+        return res
+    for tp in range(1, gpus_per_node + 1):
+        if n_gpus % tp:
+            continue
+        if gpus_per_node % tp:
+            res.pruned.append(Pruned(f"tp={tp}", f"rule: TP {tp} does not divide the node's {gpus_per_node} GPUs"))
+            continue
+        if model.n_heads % tp:
+            res.pruned.append(Pruned(f"tp={tp}", f"rule: TP {tp} does not divide the {model.n_heads} attention heads"))
+            continue
+        if model.n_kv_heads % tp and tp % model.n_kv_heads:
+            res.pruned.append(Pruned(f"tp={tp}", f"rule: TP {tp} neither divides nor is a multiple of the {model.n_kv_heads} KV heads"))
+            continue
+        for pp in _divisors(model.n_layers):
+            if (n_gpus // tp) % pp:
+                continue
+            dp = n_gpus // (tp * pp)
+            eps = [1]
+            if model.n_experts:
+                eps = [e for e in _divisors(model.n_experts) if dp % e == 0]
+            for ep in eps:
+                _walk_leaves(ev, res, tp, pp, dp, ep, sequences, seq_len_memory, time_fn, dominance)
+    res.ranked.sort(key=lambda x: (x[0], x[1].tp * x[1].pp, x[1].zero_stage, x[1].micro_batch))
+    return res
+
+
+def _walk_leaves(
+    ev: CostModel,
+    res: TreeResult,
+    tp: int,
+    pp: int,
+    dp: int,
+    ep: int,
+    sequences: int,
+    seq_len_memory: int,
+    time_fn: Callable[[TrainConfig], float] | None,
+    dominance: bool,
+) -> None:
+    """Levels 5-6 under one (TP, PP, DP, EP) node.
+
+    Memory is monotone (more ZeRO sharding, recompute and a smaller micro-batch each need less),
+    so the most frugal leaf (top ZeRO stage, recompute, micro-batch 1) is checked first: if it
+    does not fit, the whole subtree is pruned at once; and once a micro-batch fits nowhere,
+    larger micro-batches are pruned too.
+    """
+    zeros = ZERO_STAGES if dp > 1 else (1,)
+    frugal = TrainConfig(tp=tp, pp=pp, dp=dp, ep=ep, zero_stage=zeros[-1], micro_batch=1, recompute=True)
+    try:
+        frugal_rep = memory_report(ev, frugal, seq_len_memory, suggest=False)
+    except ValueError as exc:  # CostModelError: the cost model rejects the shape
+        res.pruned.append(Pruned(_describe(tp, pp, dp, ep), f"rule: {exc}"))
+        return
+    if not bool(getattr(frugal_rep, "fits", frugal_rep)):
+        res.pruned.append(
+            Pruned(_describe(tp, pp, dp, ep), f"memory: even the most frugal leaf does not fit: {report_line(frugal_rep, str(frugal))}")
+        )
+        return
+    cache = {frugal: frugal_rep}
+
+    def report(cfg: TrainConfig) -> Any:
+        if cfg not in cache:
+            cache[cfg] = memory_report(ev, cfg, seq_len_memory, suggest=False)
+        return cache[cfg]
+
+    def ok(cfg: TrainConfig) -> bool:
+        r = report(cfg)
+        return bool(getattr(r, "fits", r))
+
+    for mb in MICRO_BATCHES:
+        if sequences < dp * mb:
+            res.pruned.append(Pruned(_describe(tp, pp, dp, ep, mb=mb), f"rule: {sequences} sequences cannot feed DP {dp} x micro-batch {mb}"))
+            continue
+        found = False
+        for rc in (False, True):
+            if found and dominance:
+                res.pruned.append(Pruned(_describe(tp, pp, dp, ep, mb=mb, rc=rc), "dominated: fits without recompute"))
+                break
+            top = TrainConfig(tp=tp, pp=pp, dp=dp, ep=ep, zero_stage=zeros[-1], micro_batch=mb, recompute=rc)
+            if not ok(top):  # the most sharded stage does not fit: no stage of this branch does
+                desc = _describe(tp, pp, dp, ep, mb=mb, rc=rc)
+                res.pruned.append(Pruned(desc, f"memory: not even at ZeRO-{zeros[-1]}: {report_line(report(top), desc)}"))
+                continue
+            for zero in zeros:
+                cfg = TrainConfig(tp=tp, pp=pp, dp=dp, ep=ep, zero_stage=zero, micro_batch=mb, recompute=rc)
+                desc = _describe(tp, pp, dp, ep, zero, mb, rc)
+                if not ok(cfg):
+                    res.pruned.append(Pruned(desc, f"memory: {report_line(report(cfg), desc)}"))
+                    continue
+                found = True
+                res.ranked.append((float(time_fn(cfg)) if time_fn is not None else 0.0, cfg))
+                if dominance:
+                    for z in zeros:
+                        if z > zero:
+                            res.pruned.append(Pruned(_describe(tp, pp, dp, ep, z, mb, rc), f"dominated: ZeRO-{zero} fits"))
+                    break
+        if not found:
+            for bigger in MICRO_BATCHES:
+                if bigger > mb:
+                    res.pruned.append(Pruned(_describe(tp, pp, dp, ep, mb=bigger), f"memory: micro-batch {mb} already fits nowhere"))
+            return
+
+
+def memory_report(ev: CostModel, cfg: TrainConfig, seq_len: int, suggest: bool = False) -> Any:
+    """The cost model's memory report for ``cfg``; without the (costly) "what would fit"
+    suggestions unless asked, since the tree checks hundreds of leaves."""
+    from libra.planner.costs import to_strategy
+
+    try:
+        return ev.train_memory(to_strategy(cfg), seq_len, suggest=suggest)
+    except TypeError:  # an evaluator without the ``suggest`` switch
+        return ev.train_memory(to_strategy(cfg), seq_len)
+
+
+def report_line(rep: Any, fallback: str) -> str:
+    """One line for a memory report: its summary if it has one."""
+    summary = getattr(rep, "summary", None)
+    if callable(summary):
+        return str(summary())
+    return str(getattr(rep, "why", "") or fallback + " does not fit")
+
+
+def training_time_fn(ev: CostModel, tokens: int, seq_len: int, kl: bool = False) -> Callable[[TrainConfig], float]:
+    """Predicted training-stage time of a strategy: log-prob forward(s) + one optimizer step."""
+    from libra.planner.costs import to_strategy
+
+    def f(cfg: TrainConfig) -> float:
+        s = to_strategy(cfg)
+        fwd = float(ev.forward_s(s, tokens, seq_len))
+        return float(ev.train_iter_s(s, tokens, seq_len)) + fwd * (2 if kl else 1)
+
+    return f
+
+
+class DecisionTree:
+    """Memoized tree walks: one per (GPU count, tokens, sequence lengths)."""
+
+    def __init__(self, ev: CostModel, gpus_per_node: int, kl: bool = False) -> None:
+        self.ev = ev
+        self.gpus_per_node = gpus_per_node
+        self.kl = kl
+        self._cache: dict[tuple[int, int, int, int], TreeResult] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def best(self, n_gpus: int, tokens: int, seq_len: int, seq_len_memory: int) -> TreeResult:
+        """The tree for ``n_gpus`` with survivors ranked for a step of ``tokens`` tokens."""
+        key = (n_gpus, tokens, seq_len, seq_len_memory)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self.hits += 1
+            return hit
+        self.misses += 1
+        sequences = max(1, tokens // max(seq_len, 1))
+        res = enumerate_strategies(
+            self.ev, n_gpus, sequences, seq_len_memory, self.gpus_per_node, training_time_fn(self.ev, tokens, seq_len, self.kl)
+        )
+        self._cache[key] = res
+        return res

@@ -1,0 +1,249 @@
+"""Hierarchical search (the paper's Algorithm 1): the GPU split, the training strategy, the rollout layout.
+
+Outer loop: every training GPU count ``n_train`` on a grid of step ``train_unit(N)`` (1 GPU on
+clusters of at most 4 nodes, half a node up to 16 nodes, whole nodes beyond: a GPU is a large
+fraction of a small cluster and a rounding error of a large one). For each ``n_train``:
+
+* the decision tree's fastest feasible strategy (``DecisionTree``, memoized per GPU count and
+  step size), predicting the training stage ``train_s``;
+* the rollout DP on the remaining ``n_rollout = N - n_train`` GPUs (``RolloutDP``, memoized per
+  ``(stats digest, n_rollout)``: one DP object per digest, reused across outer iterations and
+  across steps whose statistics did not change), predicting ``rollout_s``;
+* weight sync ``sync_s`` from the training to the rollout instances;
+* step time ``rollout_s + train_s + sync_s`` (synchronous) or ``max(rollout_s, train_s) + sync_s``
+  (asynchronous: step k's rollout overlaps step k-1's training, staleness ``max_staleness``).
+
+When replanning with a current plan in force, a candidate that differs from it (another split,
+training strategy or instance layout) is charged the transition ``role_change_s`` for the GPUs
+whose role or shard changes, once; so the planner switches only when the predicted gain over
+one step pays for the move. ``Replanner`` decides when to search again: every step, or only when
+the length distribution drifted past a threshold since the plan in force was made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.planner.costs import CostModel, DecodeTable, make_evaluator, valid_tp_degrees
+from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line
+from libra.planner.plan import LoopMode, Plan, TrainConfig
+from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, RolloutChoice, RolloutDP
+from libra.planner.stats import WorkloadStats, compute_stats
+from libra.planner.transfers import transition_s, weight_sync_s
+from libra.trace.columnar import StepArrays
+
+
+def train_unit(n_gpus: int, gpus_per_node: int) -> int:
+    """Step of the outer loop over training GPU counts (see the module docstring)."""
+    nodes = -(-n_gpus // gpus_per_node)
+    if nodes <= 4:
+        return 1
+    if nodes <= 16:
+        return max(1, gpus_per_node // 2)
+    return gpus_per_node
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the search. ``tps``: rollout TP degrees allowed (None: every valid one);
+    ``max_buckets`` 1 gives a homogeneous layout (one TP, one bucket)."""
+
+    mode: LoopMode = "sync"
+    max_staleness: int = 0
+    tps: tuple[int, ...] | None = None
+    max_buckets: int = DEFAULT_MAX_BUCKETS
+    window: int = 3
+    kl: bool = False
+    unit: int | None = None  # outer-loop step; None: train_unit()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the outer loop, with its predicted times."""
+
+    n_train: int
+    train: TrainConfig
+    train_s: float
+    rollout: RolloutChoice
+    sync_s: float
+    transition_s: float
+    step_s: float
+
+
+def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float) -> float:
+    """Predicted step time of the two loop modes (see the module docstring)."""
+    if mode == "async":
+        return max(rollout_s, train_s) + sync_s
+    return rollout_s + train_s + sync_s
+
+
+@dataclass
+class SearchResult:
+    """The best candidate and everything the search looked at."""
+
+    best: Candidate
+    candidates: list[Candidate]
+    stats: WorkloadStats
+    dp_hits: int
+    dp_misses: int
+
+
+class Planner:
+    """Plans steps for one cluster; holds the memo tables across calls (and steps)."""
+
+    def __init__(self, cluster: ClusterSpec, ev: CostModel | None = None, options: SearchOptions | None = None) -> None:
+        self.cluster = cluster
+        self.ev = ev if ev is not None else make_evaluator(cluster)
+        self.options = options or SearchOptions()
+        gpn = cluster.gpus_per_node
+        self.tps = valid_tp_degrees(self.ev.model, gpn)
+        self.table = DecodeTable(self.ev, self.tps)
+        self.tree = DecisionTree(self.ev, gpn, kl=self.options.kl)
+        self._dps: dict[str, RolloutDP] = {}
+
+    # ---- pieces --------------------------------------------------------------------------------
+    def rollout_dp(self, stats: WorkloadStats) -> RolloutDP:
+        """The memoized rollout DP for a statistics digest."""
+        dp = self._dps.get(stats.digest)
+        if dp is None:
+            dp = RolloutDP(stats, self.table, self.cluster.gpus_per_node, self.cluster.n_gpus,
+                           tps=self.options.tps, max_buckets=self.options.max_buckets)
+            if len(self._dps) > 16:  # keep the memo bounded over a long run
+                self._dps.pop(next(iter(self._dps)))
+            self._dps[stats.digest] = dp
+        return dp
+
+    def train_shape(self, stats: WorkloadStats) -> tuple[int, int, int]:
+        """(tokens, mean seq len, longest seq len) the training stage is predicted for, rounded
+        so memo keys repeat across similar steps (tokens to 1/64 of a power of two, lengths to 256)."""
+        tokens = max(1, int(stats.n_trajectories * stats.mean_total_tokens))
+        q = 1 << max(0, tokens.bit_length() - 6)
+        tokens = -(-tokens // q) * q
+        seq = max(256, int(-(-stats.mean_total_tokens // 256) * 256))
+        seq_max = max(seq, int(-(-max(stats.tail_context, 1) // 256) * 256))
+        return tokens, seq, seq_max
+
+    def n_train_grid(self) -> list[int]:
+        """Training GPU counts the outer loop visits."""
+        n = self.cluster.n_gpus
+        unit = self.options.unit or train_unit(n, self.cluster.gpus_per_node)
+        return [k for k in range(unit, n, unit)]
+
+    # ---- the search ----------------------------------------------------------------------------
+    def search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None = None) -> SearchResult:
+        """Run the hierarchical search; raises UserError when nothing fits (saying what would)."""
+        stats = compute_stats(history, prompt_tokens, window=self.options.window)
+        dp = self.rollout_dp(stats)
+        hits0, miss0 = dp.hits, dp.misses
+        tokens, seq, seq_max = self.train_shape(stats)
+        cands: list[Candidate] = []
+        last_tree: TreeResult | None = None
+        for n_train in self.n_train_grid():
+            tree = self.tree.best(n_train, tokens, seq, seq_max)
+            last_tree = tree
+            if tree.best is None:
+                continue
+            ro = dp.best(self.cluster.n_gpus - n_train)
+            if ro is None:
+                continue
+            sync = weight_sync_s(self.ev, self.cluster, n_train, tree.best, ro.instances)
+            trans = transition_s(self.ev, self.cluster, current, n_train, tree.best, ro.instances)
+            st = step_time(self.options.mode, ro.makespan_s, tree.best_time_s, sync)
+            cands.append(Candidate(n_train, tree.best, tree.best_time_s, ro, sync, trans, st + trans))
+        if not cands:
+            raise UserError(self._why_nothing_fits(stats, seq_max, last_tree))
+        best = min(cands, key=lambda c: (c.step_s, c.n_train))
+        return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0)
+
+    def plan(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None = None) -> Plan:
+        """The next step's plan (see ``search``), with its predictions."""
+        res = self.search(history, prompt_tokens, current)
+        return self.to_plan(res)
+
+    def to_plan(self, res: SearchResult) -> Plan:
+        """A ``Plan`` from a search result (predictions and the search's summary in ``notes``)."""
+        c = res.best
+        return Plan(
+            n_rollout_gpus=self.cluster.n_gpus - c.n_train,
+            n_train_gpus=c.n_train,
+            train=c.train,
+            instances=c.rollout.instances,
+            buckets=c.rollout.buckets,
+            mode=self.options.mode,
+            max_staleness=self.options.max_staleness if self.options.mode == "async" else 0,
+            predicted_rollout_s=c.rollout.makespan_s,
+            predicted_train_s=c.train_s,
+            predicted_step_s=c.step_s,
+            notes={
+                "planner": "libra",
+                "rollout_load_s": c.rollout.load_s,
+                "rollout_critical_path_s": c.rollout.critical_path_s,
+                "bucket_times_s": list(c.rollout.bucket_times_s),
+                "sync_s": c.sync_s,
+                "transition_s": c.transition_s,
+                "stats_digest": res.stats.digest,
+                "from_prior": res.stats.from_prior,
+                "candidates": len(res.candidates),
+                "dp_memo_hits": res.dp_hits,
+            },
+        )
+
+    def _why_nothing_fits(self, stats: WorkloadStats, seq_max: int, tree: TreeResult | None) -> str:
+        n = self.cluster.n_gpus
+        name = f"{self.cluster.model} on {n} x {self.cluster.gpu}"
+        if not self.table.usable_tps:
+            return f"{name}: the model's weights do not fit a rollout instance even at TP {max(self.tps)}; use a GPU with more memory or a smaller model"
+        if n < 2:
+            return f"{name}: a split cluster needs at least 2 GPUs (one for rollout, one for training)"
+        biggest = max(self.n_train_grid(), default=0)
+        if biggest:
+            tp = max(t for t in self.tps if t <= biggest)
+            pp = max(p for p in range(1, self.ev.model.n_layers + 1) if self.ev.model.n_layers % p == 0 and tp * p <= biggest)
+            dp = max(1, biggest // (tp * pp))
+            cfg = TrainConfig(tp=tp, pp=pp, dp=dp, zero_stage=3 if dp > 1 else 1, recompute=True)
+            try:
+                rep = memory_report(self.ev, cfg, seq_max, suggest=True)
+                if not getattr(rep, "fits", True):
+                    return f"{name}: training does not fit on {biggest} GPUs ({report_line(rep, str(cfg))}); use more GPUs or a bigger GPU"
+            except ValueError:
+                pass
+        kv = max(self.table.kv_capacity.values())
+        if stats.tail_context > kv:
+            return (f"{name}: the longest expected trajectory ({stats.tail_context} tokens) exceeds any rollout instance's KV cache "
+                    f"({kv} tokens at the best TP); use a GPU with more memory")
+        why = tree.why_none() if tree is not None else "no candidate"
+        return f"{name}: no split fits ({why}); use more GPUs or a bigger GPU"
+
+
+@dataclass
+class Replanner:
+    """When to search again. ``policy`` "every-step" searches every step (the transition charge
+    keeps the plan stable unless a change pays); "drift" searches only when the length
+    distribution moved by more than ``threshold`` (``WorkloadStats.drift``) since the plan in
+    force was made, or when the prompt count changed."""
+
+    planner: Planner
+    policy: str = "every-step"
+    threshold: float = 0.15
+    current: Plan | None = None
+    _stats: WorkloadStats | None = field(default=None, repr=False)
+    replans: int = 0
+
+    def plan(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None) -> Plan:
+        """The plan for the next step: the current one, or a new search (see the class doc)."""
+        if self.current is not None and self.policy == "drift" and self._stats is not None:
+            stats = compute_stats(history, prompt_tokens, window=self.planner.options.window)
+            if stats.n_trajectories == self._stats.n_trajectories and stats.drift(self._stats) <= self.threshold:
+                return replace(self.current, notes={**self.current.notes, "replanned": False})
+        res = self.planner.search(history, prompt_tokens, self.current)
+        self._stats = res.stats
+        self.replans += 1
+        plan = self.planner.to_plan(res)
+        plan = replace(plan, notes={**plan.notes, "replanned": True})
+        self.current = plan
+        return plan

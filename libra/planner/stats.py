@@ -1,0 +1,278 @@
+"""Step statistics the planner plans from: observed data only, never the upcoming step's future.
+
+From the last ``window`` completed steps (``history``) and the upcoming step's prompt lengths,
+``WorkloadStats`` builds the numbers the rollout DP needs, on a fixed grid of context cells:
+
+* ``decode_tokens[k]``: tokens generated while a trajectory's context was in cell ``k``;
+* ``decode_ctx_sum[k]``: the sum of the context length over those tokens (the KV each decode
+  step reads, so ``slope * ctx_sum`` is their attention/KV cost);
+* ``prefill_tokens[k]``: prompt and tool-return tokens prefilled at a context in cell ``k``;
+* ``reach[k]``: trajectories whose context passes through cell ``k`` (the concurrency a bucket
+  covering the cell sees);
+* the same three per-cell arrays for the *tail trajectory*: the history trajectory whose final
+  length is the ``1 - 1/(n+1)`` quantile of the pooled final lengths, i.e. what the upcoming step's
+  longest trajectory is expected to look like; plus its total tool latency.
+
+Everything is scaled to the upcoming step's trajectory count (``len(prompt_tokens)``): history
+steps are averaged per trajectory. When there is no history (first step, or ``libra-sim plan``
+without a trace) ``default_prior_step`` supplies a documented length prior.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from libra.trace.columnar import StepArrays
+from libra.trace.records import Trajectory, Turn
+
+#: Tool latency used where a trace says null and no history latency of that tool exists (s).
+DEFAULT_TOOL_LATENCY_S = 2.0
+#: Steps of history pooled into the statistics (most recent last).
+DEFAULT_WINDOW = 3
+
+
+def cell_edges(max_context: int, first: int = 256) -> np.ndarray:
+    """Context grid: 0, then ``first * 2**(k/2)`` up to past ``max_context`` (half-octave cells).
+
+    Half octaves keep the grid short (about 20 cells up to 256K) while bucket bounds, which come
+    from quantiles snapped to the grid, stay within ~41% of any requested value.
+    """
+    edges = [0]
+    e = float(first)
+    while edges[-1] <= max_context:
+        edges.append(int(round(e)))
+        e *= 2**0.5
+    return np.asarray(edges, np.int64)
+
+
+def _overlap(lo: np.ndarray, hi: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Token counts and context sums of segments [lo, hi) falling into each grid cell.
+
+    Returns ``(count[s, k], ctx_sum[s, k])``; a token at context c (0-based position) reads c
+    tokens of KV, so a run of positions a..b-1 sums to (a+b-1)*(b-a)/2.
+    """
+    a = np.maximum(lo[:, None], edges[None, :-1])
+    b = np.minimum(hi[:, None], edges[None, 1:])
+    n = np.clip(b - a, 0, None).astype(np.float64)
+    s = np.where(n > 0, (a + b - 1).astype(np.float64) * n / 2.0, 0.0)
+    return n, s
+
+
+@dataclass(frozen=True)
+class WorkloadStats:
+    """The planner's digest of recent steps (see the module docstring)."""
+
+    n_trajectories: int
+    edges: np.ndarray
+    decode_tokens: np.ndarray
+    decode_ctx_sum: np.ndarray
+    prefill_tokens: np.ndarray
+    reach: np.ndarray
+    tail_decode_tokens: np.ndarray
+    tail_decode_ctx_sum: np.ndarray
+    tail_prefill_tokens: np.ndarray
+    tail_tool_s: float
+    tail_context: int
+    final_context: np.ndarray  # pooled final lengths (history), sorted
+    mean_total_tokens: float
+    mean_turns: float
+    tool_latency_median_s: dict[str, float]
+    digest: str
+    from_prior: bool = False
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.edges) - 1
+
+    def boundary_candidates(self, quantiles: Sequence[float] = (0.5, 0.75, 0.9, 0.97)) -> tuple[int, ...]:
+        """Candidate bucket bounds: quantiles of the final context length snapped to grid edges.
+
+        Interior edges only (not 0, not past the last cell), deduplicated, ascending.
+        """
+        if not len(self.final_context):
+            return ()
+        qs = np.quantile(self.final_context, quantiles)
+        out = set()
+        for q in qs:
+            k = int(np.argmin(np.abs(self.edges[1:-1] - q))) + 1 if len(self.edges) > 2 else None
+            if k is not None:
+                out.add(int(self.edges[k]))
+        return tuple(sorted(out))
+
+    def cell_index(self, context: int) -> int:
+        """Grid cell holding ``context`` (edges[k] <= context < edges[k+1]); the last cell is open."""
+        return int(min(np.searchsorted(self.edges, context, side="right") - 1, self.n_cells - 1))
+
+    def drift(self, other: WorkloadStats) -> float:
+        """How far this step's length distribution moved from ``other``'s: the mean absolute
+        difference of log final-length quantiles (q = 0.1 .. 0.9 and 0.99). 0.1 ~ 10% longer."""
+        if not len(self.final_context) or not len(other.final_context):
+            return float("inf")
+        qs = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
+        a = np.log(np.maximum(np.quantile(self.final_context, qs), 1))
+        b = np.log(np.maximum(np.quantile(other.final_context, qs), 1))
+        return float(np.mean(np.abs(a - b)))
+
+
+def _latencies(step: StepArrays) -> np.ndarray:
+    """Per-turn tool latency with nulls filled by that tool's median in the step (or default)."""
+    lat = step.tool_latency_s.copy()
+    has_tool = step.tool_code >= 0
+    lat[~has_tool] = 0.0
+    nan = np.isnan(lat) & has_tool
+    if nan.any():
+        for code in np.unique(step.tool_code[nan]):
+            known = lat[(step.tool_code == code) & ~np.isnan(lat)]
+            lat[nan & (step.tool_code == code)] = float(np.median(known)) if len(known) else DEFAULT_TOOL_LATENCY_S
+    return lat
+
+
+def compute_stats(
+    history: Sequence[StepArrays],
+    prompt_tokens: np.ndarray | None,
+    window: int = DEFAULT_WINDOW,
+    edges: np.ndarray | None = None,
+) -> WorkloadStats:
+    """Digest the last ``window`` steps of ``history`` for an upcoming step with ``prompt_tokens``.
+
+    Empty history falls back to ``default_prior_step`` (flagged ``from_prior``). Per-cell arrays
+    are per-trajectory means times the upcoming trajectory count, so they predict the next step's
+    totals; the upcoming prompts replace the history's prompt prefill.
+    """
+    from_prior = not history
+    steps = list(history[-window:]) if history else [default_prior_step(len(prompt_tokens) if prompt_tokens is not None else 256)]
+    n_next = int(len(prompt_tokens)) if prompt_tokens is not None and len(prompt_tokens) else int(np.mean([s.n for s in steps]))
+    finals = np.concatenate([s.total_tokens for s in steps]).astype(np.int64)
+    if edges is None:
+        edges = cell_edges(int(finals.max()) if len(finals) else 4096)
+    n_cells = len(edges) - 1
+
+    dec = np.zeros(n_cells)
+    ctx = np.zeros(n_cells)
+    pre = np.zeros(n_cells)
+    reach = np.zeros(n_cells)
+    n_hist = 0
+    tool_lat: dict[str, list[np.ndarray]] = {}
+    tail_q = 1.0 - 1.0 / (n_next + 1)
+    tail_target = float(np.quantile(finals, tail_q)) if len(finals) else 0.0
+    tail_best: tuple[float, StepArrays, int] | None = None
+    turns_total = 0
+    for s in steps:
+        if not s.n:
+            continue
+        n_hist += s.n
+        per_turn = s.gen_tokens + s.tool_tokens
+        # context at the start of each turn: prompt + everything before it in the trajectory
+        traj_of_turn = np.repeat(np.arange(s.n), s.n_turns)
+        csum = np.cumsum(per_turn) - per_turn
+        first = s.turn_offsets[:-1]
+        start_of_traj = np.repeat(csum[first] if len(csum) else np.zeros(0, np.int64), s.n_turns)
+        ctx0 = s.prompt_tokens[traj_of_turn] + (csum - start_of_traj)
+        n_, s_ = _overlap(ctx0, ctx0 + s.gen_tokens, edges)
+        dec += n_.sum(0)
+        ctx += s_.sum(0)
+        # tool returns are prefilled at the context reached after the generation
+        tool_at = ctx0 + s.gen_tokens
+        has_ret = s.tool_tokens > 0
+        np.add.at(pre, np.clip(np.searchsorted(edges, tool_at[has_ret], side="right") - 1, 0, n_cells - 1), s.tool_tokens[has_ret])
+        tot = s.total_tokens
+        lo_cell = np.clip(np.searchsorted(edges, s.prompt_tokens, side="right") - 1, 0, n_cells - 1)
+        hi_cell = np.clip(np.searchsorted(edges, np.maximum(tot - 1, s.prompt_tokens), side="right") - 1, 0, n_cells - 1)
+        np.add.at(reach, lo_cell, 1)
+        np.add.at(reach, np.minimum(hi_cell + 1, n_cells - 1), np.where(hi_cell + 1 <= n_cells - 1, -1, 0))
+        turns_total += int(s.n_turns.sum())
+        lat = _latencies(s)
+        for code, name in enumerate(s.tool_names):
+            sel = s.tool_code == code
+            tool_lat.setdefault(name, []).append(lat[sel])
+        # the tail trajectory: closest to the tail quantile of final length
+        i = int(np.argmin(np.abs(tot - tail_target)))
+        gap = abs(float(tot[i]) - tail_target)
+        if tail_best is None or gap < tail_best[0]:
+            tail_best = (gap, s, i)
+    reach = np.cumsum(reach)
+    scale = n_next / max(n_hist, 1)
+    dec *= scale
+    ctx *= scale
+    pre *= scale
+    reach *= scale
+    # prompt prefill: the upcoming step's own prompts (known now), in cell 0 .. their length cells
+    if prompt_tokens is not None and len(prompt_tokens):
+        pcell = np.clip(np.searchsorted(edges, np.asarray(prompt_tokens) - 1, side="right") - 1, 0, n_cells - 1)
+        np.add.at(pre, pcell, np.asarray(prompt_tokens, float))
+
+    tdec = np.zeros(n_cells)
+    tctx = np.zeros(n_cells)
+    tpre = np.zeros(n_cells)
+    tail_tool = 0.0
+    tail_ctx = 0
+    if tail_best is not None:
+        _, s, i = tail_best
+        a, b = int(s.turn_offsets[i]), int(s.turn_offsets[i + 1])
+        gen = s.gen_tokens[a:b]
+        ret = s.tool_tokens[a:b]
+        starts = s.prompt_tokens[i] + np.concatenate([[0], np.cumsum(gen + ret)[:-1]])
+        n_, s_ = _overlap(starts, starts + gen, edges)
+        tdec, tctx = n_.sum(0), s_.sum(0)
+        np.add.at(tpre, np.clip(np.searchsorted(edges, starts + gen, side="right") - 1, 0, n_cells - 1), ret)
+        tpre[0] += s.prompt_tokens[i]
+        tail_tool = float(_latencies(s)[a:b].sum())
+        tail_ctx = int(s.total_tokens[i])
+
+    medians = {k: float(np.median(np.concatenate(v))) if sum(len(x) for x in v) else DEFAULT_TOOL_LATENCY_S for k, v in tool_lat.items()}
+    h = hashlib.sha1()
+    for arr in (edges, np.round(dec), np.round(ctx, -3), np.round(pre), np.round(reach), tdec, tctx, tpre):
+        h.update(np.ascontiguousarray(arr, np.float64).tobytes())
+    h.update(f"{tail_tool:.3f}|{n_next}".encode())
+    return WorkloadStats(
+        n_trajectories=n_next,
+        edges=edges,
+        decode_tokens=dec,
+        decode_ctx_sum=ctx,
+        prefill_tokens=pre,
+        reach=reach,
+        tail_decode_tokens=tdec,
+        tail_decode_ctx_sum=tctx,
+        tail_prefill_tokens=tpre,
+        tail_tool_s=tail_tool,
+        tail_context=tail_ctx,
+        final_context=np.sort(finals),
+        mean_total_tokens=float(finals.mean()) if len(finals) else 0.0,
+        mean_turns=turns_total / max(n_hist, 1),
+        tool_latency_median_s=medians,
+        digest=h.hexdigest()[:16],
+        from_prior=from_prior,
+    )
+
+
+#: The default length prior (documented in docs/policy-core.md): an SWE-agent-like step whose
+#: final context is lognormal with median 8K tokens and sigma 0.8 (p99 ~ 52K, ~6x the median),
+#: capped at 64K; turns grow with length (one tool call per ~1.2K tokens), tool returns are 40%
+#: of each turn's tokens, tool latency 2 s. Used only when no history exists.
+PRIOR_MEDIAN_TOKENS = 8192
+PRIOR_SIGMA = 0.8
+PRIOR_CAP_TOKENS = 65536
+PRIOR_PROMPT_TOKENS = 1024
+
+
+def default_prior_step(n: int = 256, seed: int = 0) -> StepArrays:
+    """A synthetic step drawn from the documented length prior (seeded, deterministic)."""
+    rng = np.random.default_rng(seed)
+    finals = np.minimum(np.exp(np.log(PRIOR_MEDIAN_TOKENS) + PRIOR_SIGMA * rng.standard_normal(n)), PRIOR_CAP_TOKENS)
+    trajs = []
+    for i, f in enumerate(finals):
+        body = max(int(f) - PRIOR_PROMPT_TOKENS, 64)
+        turns_n = max(1, int(round(body / 1200)))
+        per = body // turns_n
+        turns = []
+        for k in range(turns_n):
+            last = k == turns_n - 1
+            gen = per if last else int(per * 0.6)
+            turns.append(Turn(gen_tokens=gen, tool=None if last else "tool", tool_latency_s=None if last else 2.0,
+                              tool_tokens=0 if last else per - gen, outcome=None if last else "ok"))
+        trajs.append(Trajectory(id=f"prior-{i}", step=0, prompt_tokens=PRIOR_PROMPT_TOKENS, turns=tuple(turns)))
+    return StepArrays.from_trajectories(0, trajs)

@@ -1,0 +1,53 @@
+"""Weight sync and plan-transition costs of a candidate plan (from the cost evaluator).
+
+* ``weight_sync_s``: after training, the new weights go to every rollout instance
+  (``CostEvaluator.weight_sync_s``, broadcast form; same node only when training and all rollout
+  instances share one node).
+* ``transition_s``: switching from the plan in force to another costs role changes
+  (``CostEvaluator.role_change_s``, one GPU through host memory; GPUs of a role change in
+  parallel, so the charge is one GPU's time per direction that occurs): GPUs that move from
+  rollout to training load a training shard; GPUs that move to rollout (or whose instance TP
+  changes) load rollout weights and start with an empty KV cache; a changed training strategy
+  re-shards the trainer (a training-side role change). Nothing changes: 0.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from libra.cluster import ClusterSpec
+from libra.planner.costs import CostModel, to_strategy
+from libra.planner.plan import Plan, RolloutInstance, TrainConfig
+
+
+def weight_sync_s(ev: CostModel, cluster: ClusterSpec, n_train: int, train: TrainConfig, instances: Sequence[RolloutInstance]) -> float:
+    """Seconds to push trained weights into ``instances``."""
+    if not instances:
+        return 0.0
+    same_node = cluster.n_gpus <= cluster.gpus_per_node
+    return float(ev.weight_sync_s(  # type: ignore[attr-defined]
+        n_train_gpus=n_train, rollout_tps=[i.tp for i in instances], same_node=same_node, strategy=to_strategy(train)
+    ))
+
+
+def transition_s(
+    ev: CostModel,
+    cluster: ClusterSpec,
+    current: Plan | None,
+    n_train: int,
+    train: TrainConfig,
+    instances: Sequence[RolloutInstance],
+) -> float:
+    """One-off cost of moving from ``current`` to the candidate (0 without a current plan)."""
+    if current is None or current.colocated:
+        return 0.0
+    cost = 0.0
+    new_tps = Counter(i.tp for i in instances)
+    old_tps = Counter(i.tp for i in current.instances)
+    if n_train > current.n_train_gpus or train != current.train:
+        cost += float(ev.role_change_s("train", strategy=to_strategy(train)))  # type: ignore[attr-defined]
+    if n_train < current.n_train_gpus or new_tps != old_tps:
+        changed = (new_tps - old_tps) or new_tps
+        cost += float(ev.role_change_s("rollout", rollout_tp=max(changed)))  # type: ignore[attr-defined]
+    return cost

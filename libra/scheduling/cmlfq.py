@@ -1,0 +1,142 @@
+"""C-MLFQ: a causal multi-level feedback queue over heterogeneous-TP buckets.
+
+Buckets are the plan's instance groups, ordered by context range (and TP, non-decreasing).
+Every trajectory starts in the shortest bucket whose range holds its prompt. At each tool return
+it is routed by causal signals only (the tool's outcome, turns so far, context so far) and by
+what past steps showed about remaining work from such a state (``RemainingWorkModel``):
+
+1. **Floor**: the smallest bucket whose range still holds the current context (a trajectory that
+   outgrew its bucket must leave it: that bucket's instances were sized for shorter contexts).
+2. **Promotion**: from there, the first bucket ``b`` (never below the current one: no demotion,
+   the KV is already where it is) with ``P(final >= max_context_b | state) <= threshold``, i.e.
+   the first bucket the trajectory is unlikely to outgrow. The last bucket is unbounded. An error
+   return whose history says "errors run long" is promoted early; an ``ok`` at the same context
+   may stay.
+3. **Migration timing**: a move migrates the KV (``Route.migrate=True``) while the tool runs.
+   When the migration (``kv_migration_s`` of the current context, cross-node unless the plan has
+   one node) would outlast the tool's expected latency (median of past steps) plus ``margin_s``,
+   the move is skipped unless the expected gain is large: the remaining tokens (model's
+   expectation) times the per-token decode time saved at batch 1 must exceed ``gain_factor``
+   times the migration's exposed part. A floor move (outgrown bucket) is never skipped.
+
+Parameters: ``threshold`` (0.5: promote once outgrowing is no longer the minority outcome),
+``margin_s`` (0.5 s), ``gain_factor`` (2.0); learned: the per-state final-length distributions
+and tool latencies, refitted on the recent completed steps before each step.
+
+Instance choice inside a bucket is least-loaded (KV occupancy plus queue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from libra.planner.costs import CostModel, DecodeTable
+from libra.planner.plan import Plan
+from libra.scheduling.base import InstanceLoad, Route, TrajectoryObservation, least_loaded
+from libra.scheduling.history_model import RemainingWorkModel
+
+
+def floor_bucket(plan: Plan, context: int) -> int:
+    """The smallest bucket whose context range still holds ``context``."""
+    for b in plan.buckets:
+        if b.max_context is None or context < b.max_context:
+            return b.index
+    return plan.buckets[-1].index
+
+
+class CMLFQScheduler:
+    """The C-MLFQ router for one step (see the module docstring).
+
+    Built from the plan and a model fitted on completed steps; it has no access to the step it
+    routes beyond the observations handed to it.
+    """
+
+    migrate_moves: bool = True
+
+    def __init__(
+        self,
+        plan: Plan,
+        model: RemainingWorkModel,
+        ev: CostModel | None = None,
+        table: DecodeTable | None = None,
+        threshold: float = 0.5,
+        margin_s: float = 0.5,
+        gain_factor: float = 2.0,
+    ) -> None:
+        if not plan.buckets:
+            raise ValueError("C-MLFQ needs a plan with at least one bucket")
+        self.plan = plan
+        self.model = model
+        self.ev = ev
+        self.table = table
+        self.threshold = threshold
+        self.margin_s = margin_s
+        self.gain_factor = gain_factor
+        self.single_node = len({i.node for i in plan.instances}) <= 1
+        self.moves = 0
+        self.skipped = 0
+        self.finished = 0
+
+    # ---- decisions -----------------------------------------------------------------------------
+    def admit(self, obs: TrajectoryObservation) -> int:
+        return floor_bucket(self.plan, obs.context_tokens)
+
+    def target(self, obs: TrajectoryObservation) -> int:
+        """Where the rule (floor, then promotion) sends a trajectory, ignoring migration cost."""
+        cur = obs.bucket if obs.bucket is not None else 0
+        b = max(floor_bucket(self.plan, obs.context_tokens), cur)
+        last = self.plan.buckets[-1].index
+        while b < last:
+            p = self.model.p_exceeds(obs.last_outcome, obs.turns_done, obs.context_tokens, self.plan.buckets[b].max_context)
+            if p <= self.threshold:
+                break
+            b += 1
+        return b
+
+    def migration_s(self, obs: TrajectoryObservation, dst: int) -> float:
+        """Predicted time to move the trajectory's KV to bucket ``dst``."""
+        if self.ev is None:
+            return 0.0
+        src_tp = self.plan.buckets[obs.bucket].tp if obs.bucket is not None else self.plan.buckets[0].tp
+        return float(self.ev.kv_migration_s(obs.context_tokens, src_tp, self.plan.buckets[dst].tp, self.single_node))
+
+    def gain_s(self, obs: TrajectoryObservation, dst: int) -> float:
+        """Expected decode time saved by finishing in ``dst`` instead of the current bucket."""
+        if self.table is None or obs.bucket is None:
+            return 0.0
+        t_src, t_dst = self.plan.buckets[obs.bucket].tp, self.plan.buckets[dst].tp
+        if t_src not in self.table.base or t_dst not in self.table.base:
+            return 0.0
+        c = obs.context_tokens
+
+        def per_token(t: int) -> float:
+            return float(self.table.base[t][0] + self.table.slope[t][0] * c)
+
+        return self.model.remaining(obs.last_outcome, obs.turns_done, c) * (per_token(t_src) - per_token(t_dst))
+
+    def on_tool_return(self, obs: TrajectoryObservation) -> Route:
+        cur = obs.bucket if obs.bucket is not None else 0
+        dst = self.target(obs)
+        if dst == cur:
+            return Route(cur, False)
+        outgrown = floor_bucket(self.plan, obs.context_tokens) > cur
+        if not outgrown:
+            exposed = self.migration_s(obs, dst) - (self.model.expected_tool_latency(obs.last_tool) + self.margin_s)
+            if exposed > 0 and self.gain_s(obs, dst) < self.gain_factor * exposed:
+                self.skipped += 1
+                return Route(cur, False)
+        self.moves += 1
+        return Route(dst, self.migrate_moves)
+
+    def on_finish(self, obs: TrajectoryObservation) -> None:
+        self.finished += 1
+
+    def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad]) -> int:
+        return least_loaded(loads)
+
+
+class NoMigrationScheduler(CMLFQScheduler):
+    """Ablation ``no-migration``: the same routing decisions, but a move does not carry the KV;
+    the destination re-prefills the whole context (what systems without KV transfer do)."""
+
+    migrate_moves = False
