@@ -163,16 +163,31 @@ class RooflineOperators:
     def _link_bw(self, inter_node: bool) -> float:
         return (self.spec.inter_node_bw if inter_node else self.spec.intra_node_bw) * LINK_EFF
 
-    def _collective(self, op: str, nbytes: ArrayLike, n_gpus: ArrayLike, inter_node: bool) -> np.ndarray:
+    def collective_bw(self, n: Any, inter_node: bool) -> Any:
+        """Bus bandwidth (B/s) of a collective over ``n`` GPUs. Within a node: the GPU's NVLink.
+        Across nodes NCCL runs one ring per NIC, so a node contributes all its NICs: with the
+        group spread evenly over at least two nodes, min(n/2, gpus_per_node) NICs per node,
+        capped by NVLink."""
+        if not inter_node:
+            return self.spec.intra_node_bw * LINK_EFF
+        local = vmin(vmax(n / 2.0, 1.0), float(self.spec.gpus_per_node))
+        return vmin(self.spec.intra_node_bw, local * self.spec.inter_node_bw) * LINK_EFF
+
+    def collective_s(self, op: str, nbytes: ArrayLike, n_gpus: ArrayLike, inter_node: bool = False) -> np.ndarray:
+        """Ring collective ``op`` (all_reduce, all_gather, reduce_scatter, alltoall):
+        ``alpha * log2(n) + ring_factor * nbytes / bus_bw``; 0 for one GPU."""
         b, n = as_float(nbytes, n_gpus)
-        bw = self._link_bw(inter_node)
         if isinstance(n, float):
             if n <= 1.0:
                 return np.float64(0.0)  # type: ignore[return-value]
+            bw = self.collective_bw(n, inter_node)
             return np.float64(COMM_ALPHA_S * math.log2(n) + ring_factor(op, n) * b / bw)  # type: ignore[return-value]
         n_safe = np.maximum(n, 2.0)
-        t = COMM_ALPHA_S * np.log2(n_safe) + ring_factor(op, n_safe) * b / bw
+        t = COMM_ALPHA_S * np.log2(n_safe) + ring_factor(op, n_safe) * b / self.collective_bw(n_safe, inter_node)
         return np.where(n <= 1.0, 0.0, t)
+
+    def _collective(self, op: str, nbytes: ArrayLike, n_gpus: ArrayLike, inter_node: bool) -> np.ndarray:
+        return self.collective_s(op, nbytes, n_gpus, inter_node)
 
     def allreduce_s(self, nbytes: ArrayLike, n_gpus: ArrayLike, inter_node: bool = False) -> np.ndarray:
         """Ring all-reduce: 2(n-1)/n of the buffer over each GPU's link."""

@@ -1,0 +1,350 @@
+"""Fitting operator models on measured rows: rows in, JSON-able tables out.
+
+One function per operator family; each takes validated rows (latency in seconds) and the
+device's roofline, and returns the tables ``cost_models.operators.fitted`` evaluates:
+
+- gemm: log-latency table over the measured (m, n, k) grid;
+- attn_prefill: log-latency table over (batch, isl, heads, kv_heads) (cached tokens enter via an
+  equivalent length, see fitted.py);
+- attn_decode: per (heads, kv_heads, batch) an affine law ``A + C * total_kv`` fitted for the
+  least mean absolute relative error over the KV lengths, then tables of log A and log C;
+- moe: per measured model shape (hidden, inter, topk, experts, tp, ep), a log-latency table
+  over tokens;
+- comm: per collective, a log-latency table over (GPUs, bytes), plus alpha-beta parameters per
+  GPU count (``t = alpha + bytes / beta``) used to rescale link bandwidth (a800, or inter-node
+  data measured on another GPU) and shown in the docs.
+
+Holes in a table (shapes not measured, rows held out by ``report``) are filled with the roofline
+shape corrected by the neighbours' measured efficiency (``grid.fill``), and every table is made
+monotone in its size axes (``grid.make_monotone``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from cost_models.calibration import data as cdata
+from cost_models.calibration.grid import LogGrid, fill, make_monotone, mesh, place
+from cost_models.calibration.store import Calibration
+from cost_models.errors import CostModelError
+from cost_models.hardware import GPUSpec, get_gpu
+from cost_models.operators.roofline import DTYPE_BYTES, HEAD_DIM, LAUNCH_S, RooflineOperators
+
+TOOL_VERSION = "libra-calibrate 1"
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
+
+
+def log_table(
+    coords: np.ndarray,
+    latency_s: np.ndarray,
+    roof: Callable[..., np.ndarray],
+    monotone_axes: tuple[int, ...],
+) -> LogGrid:
+    """Rows -> monotone log-latency table. ``roof`` evaluates the roofline at grid nodes (one
+    array per axis); holes are filled in residual (measured / roofline) space."""
+    y = np.log(np.asarray(latency_s, dtype=np.float64))
+    axes, table = place(coords, y)
+    base = np.log(roof(*mesh(axes)))
+    residual = fill(axes, table - base)
+    return LogGrid(axes, make_monotone(base + residual, monotone_axes))
+
+
+# ---- GEMM ----------------------------------------------------------------------------------
+def fit_gemm(frame: pd.DataFrame, roof: RooflineOperators) -> dict[str, Any]:
+    coords = frame[["m", "n", "k"]].to_numpy(np.float64)
+    grid = log_table(coords, frame["latency_s"].to_numpy(), roof.gemm_s, (0, 1, 2))
+    return {"grid": grid.to_json(), "rows": int(len(frame))}
+
+
+# ---- attention -----------------------------------------------------------------------------
+def fit_attn_prefill(frame: pd.DataFrame, roof: RooflineOperators) -> dict[str, Any]:
+    coords = frame[["batch_size", "isl", "num_heads", "num_key_value_heads"]].to_numpy(np.float64)
+
+    def roof_bshk(b: np.ndarray, s: np.ndarray, h: np.ndarray, kv: np.ndarray) -> np.ndarray:
+        return roof.attn_prefill_s(b, s, 0.0, h, kv)
+
+    grid = log_table(coords, frame["latency_s"].to_numpy(), roof_bshk, (0, 1, 2, 3))
+    return {"grid": grid.to_json(), "rows": int(len(frame))}
+
+
+def decode_roof_parts(roof: RooflineOperators, b: Any, h: Any, kv: Any) -> tuple[Any, Any]:
+    """The roofline's decode law split as (intercept, slope per KV token)."""
+    intercept = roof.attn_decode_s(b, 0.0, h, kv)
+    slope = roof.attn_decode_s(b, 1.0, h, kv) - intercept
+    return intercept, slope
+
+
+def affine_fit(x: np.ndarray, y: np.ndarray, slope_floor: float, intercept_floor: float) -> tuple[float, float]:
+    """``y ~ A + C x`` minimizing the mean ABSOLUTE relative error (MAPE itself), with
+    ``C >= slope_floor`` and ``A >= intercept_floor``.
+
+    The optimum of this linear program lies on a vertex: a line through two measured points,
+    or through one point with a bound active. There are few KV lengths per (heads, batch), so
+    every candidate is enumerated and scored exactly."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    cand_a: list[np.ndarray] = []
+    cand_c: list[np.ndarray] = []
+    i, j = np.triu_indices(len(x), k=1)
+    ok = x[j] != x[i]
+    c = (y[j][ok] - y[i][ok]) / (x[j][ok] - x[i][ok])
+    cand_c.append(c)
+    cand_a.append(y[i][ok] - c * x[i][ok])
+    cand_c.append(np.full(len(x), slope_floor))  # slope at its bound through each point
+    cand_a.append(y - slope_floor * x)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c_at = np.where(x > 0, (y - intercept_floor) / np.where(x > 0, x, 1.0), slope_floor)
+    cand_c.append(c_at)  # intercept at its bound through each point
+    cand_a.append(np.full(len(x), intercept_floor))
+    cand_a.append(np.array([intercept_floor]))
+    cand_c.append(np.array([slope_floor]))
+    a_all = np.concatenate(cand_a)
+    c_all = np.concatenate(cand_c)
+    feasible = (a_all >= intercept_floor * (1 - 1e-12)) & (c_all >= slope_floor * (1 - 1e-12))
+    a_all, c_all = a_all[feasible], c_all[feasible]
+    err = np.abs(a_all[:, None] + c_all[:, None] * x[None, :] - y[None, :]) / y[None, :]
+    best = int(np.argmin(err.mean(axis=1)))
+    return float(a_all[best]), float(c_all[best])
+
+
+def fit_attn_decode(frame: pd.DataFrame, roof: RooflineOperators) -> dict[str, Any]:
+    peak_bw = roof.spec.hbm_bw
+    rows = []
+    for (h, kv, b), g in frame.groupby(["num_heads", "num_key_value_heads", "batch_size"], sort=True):
+        x = (g["batch_size"] * g["step"]).to_numpy(np.float64)
+        y = g["latency_s"].to_numpy(np.float64)
+        # a KV token cannot stream faster than the datasheet bandwidth allows (a quarter of it
+        # leaves room for L2 hits); the intercept is at least a kernel launch
+        slope_floor = 0.25 * 2.0 * DTYPE_BYTES * HEAD_DIM * kv / peak_bw
+        a, c = affine_fit(x, y, slope_floor, LAUNCH_S)
+        rows.append((h, kv, b, a, c))
+    arr = np.asarray(rows, dtype=np.float64)
+    coords = arr[:, :3]
+    axes, log_a = place(coords, np.log(arr[:, 3]))
+    _, log_c = place(coords, np.log(arr[:, 4]))
+    hh, kk, bb = mesh(axes)
+    base_a, base_c = decode_roof_parts(roof, bb, hh, kk)
+    # Monotone in the simulator's size arguments only: the intercept in batch, and batch * C
+    # (time per KV token of each sequence) in batch, so a batch of b sequences of length L never
+    # decodes faster than b-1 of them. Not forced in the head counts: the measured kernel is not
+    # monotone there (few-head shapes launch fewer blocks and stream KV more slowly per token).
+    log_a = make_monotone(np.log(base_a) + fill(axes, log_a - np.log(base_a)), (2,))
+    log_c = np.log(base_c) + fill(axes, log_c - np.log(base_c))
+    log_b = np.log(bb)
+    log_c = make_monotone(log_c + log_b, (2,)) - log_b
+    return {
+        "A": LogGrid(axes, log_a).to_json(),
+        "C": LogGrid(axes, log_c).to_json(),
+        "rows": int(len(frame)),
+    }
+
+
+# ---- MoE -----------------------------------------------------------------------------------
+MOE_KEYS = ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size")
+
+
+def fit_moe(frame: pd.DataFrame, roof: RooflineOperators) -> dict[str, Any]:
+    configs = []
+    for key, g in frame.groupby(list(MOE_KEYS), sort=True):
+        hd, it, k, e, tp, ep = (float(v) for v in key)
+
+        def roof_tokens(x: np.ndarray, hd: float = hd, it: float = it, k: float = k, e: float = e,
+                        tp: float = tp, ep: float = ep) -> np.ndarray:
+            return roof.moe_s(x, hd, it, k, e, tp, ep)
+
+        grid = log_table(g[["num_tokens"]].to_numpy(np.float64), g["latency_s"].to_numpy(), roof_tokens, (0,))
+        configs.append({"shape": [hd, it, k, e, tp, ep], "grid": grid.to_json()})
+    return {"configs": configs, "rows": int(len(frame))}
+
+
+# ---- communication -------------------------------------------------------------------------
+def alpha_beta(nbytes: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """``t ~ alpha + nbytes / beta`` by relative least squares; alpha, beta >= 0."""
+    design = np.column_stack([1.0 / t, nbytes / t])
+    (a, inv_b), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
+    if inv_b <= 0:
+        return float(np.min(t)), float("inf")
+    if a < 0:
+        a = 0.0
+        inv_b = float(np.sum(nbytes / t) / np.sum(nbytes**2 / t**2))
+    return float(a), float(1.0 / inv_b)
+
+
+def comm_table(n: np.ndarray, nbytes: np.ndarray, t: np.ndarray, roof_fn: Callable[..., np.ndarray]) -> dict[str, Any]:
+    """(GPUs, bytes) -> log-latency table, monotone in bytes, plus alpha-beta per GPU count."""
+    coords = np.column_stack([n, nbytes])
+    grid = log_table(coords, t, roof_fn, (1,))
+    ab = {}
+    for g in np.unique(n):
+        sel = n == g
+        ab[str(int(g))] = list(alpha_beta(nbytes[sel], t[sel]))
+    return {"grid": grid.to_json(), "alpha_beta": ab}
+
+
+def _min_per_cell(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    both = pd.concat(frames, ignore_index=True)
+    return both.groupby(["n_gpus", "nbytes"], as_index=False)["latency_s"].min()
+
+
+def fit_comm(
+    nccl: pd.DataFrame | None,
+    custom: pd.DataFrame | None,
+    roof: RooflineOperators,
+    p2p: pd.DataFrame | None = None,
+    inter: pd.DataFrame | None = None,
+    inter_bw_scale: float = 1.0,
+) -> dict[str, Any]:
+    """Intra-node collectives from aiconfigurator's nccl (and vLLM custom all-reduce: the
+    faster of the two per size, as vLLM picks), intra-node p2p from Vidur send/recv, inter-node
+    all-reduce from nccl-tests logs with its bandwidth term scaled by ``inter_bw_scale``
+    (measured link bandwidth / this GPU's)."""
+    out: dict[str, Any] = {"intra": {}, "inter": {}, "p2p": {}}
+    if nccl is not None:
+        for op in COLLECTIVES:
+            rows = nccl[nccl["op_name"].astype(str) == op]
+            if rows.empty:
+                continue
+            parts = [pd.DataFrame({
+                "n_gpus": rows["num_gpus"].to_numpy(np.float64),
+                "nbytes": rows["message_size"].to_numpy(np.float64) * cdata.COMM_ELEMENT_BYTES,
+                "latency_s": rows["latency_s"].to_numpy(np.float64),
+            })]
+            if op == "all_reduce" and custom is not None:
+                parts.append(pd.DataFrame({
+                    "n_gpus": custom["num_gpus"].to_numpy(np.float64),
+                    "nbytes": custom["message_size"].to_numpy(np.float64) * cdata.COMM_ELEMENT_BYTES,
+                    "latency_s": custom["latency_s"].to_numpy(np.float64),
+                }))
+            cells = _min_per_cell(parts)
+
+            def roof_intra(n: np.ndarray, b: np.ndarray, op: str = op) -> np.ndarray:
+                return roof.collective_s(op, b, n, inter_node=False)
+
+            out["intra"][op] = comm_table(cells["n_gpus"].to_numpy(), cells["nbytes"].to_numpy(),
+                                          cells["latency_s"].to_numpy(), roof_intra)
+    if inter is not None and not inter.empty:
+        n = inter["n_gpus"].to_numpy(np.float64)
+        b = inter["nbytes"].to_numpy(np.float64)
+        t = inter["latency_s"].to_numpy(np.float64).copy()
+        if inter_bw_scale != 1.0:
+            for g in np.unique(n):
+                sel = n == g
+                alpha, _ = alpha_beta(b[sel], t[sel])
+                t[sel] = alpha + np.maximum(t[sel] - alpha, 0.0) * inter_bw_scale
+            t = np.maximum(t, 1e-7)
+
+        def roof_inter(n: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return roof.collective_s("all_reduce", b, n, inter_node=True)
+
+        out["inter"]["all_reduce"] = comm_table(n, b, t, roof_inter)
+        out["inter"]["bw_scale_applied"] = inter_bw_scale
+    if p2p is not None:
+        rows = p2p[~p2p["inter_node"].astype(bool)]
+        if not rows.empty:
+            cells = rows.groupby("nbytes", as_index=False)["latency_s"].median()
+            b = cells["nbytes"].to_numpy(np.float64)
+            t = cells["latency_s"].to_numpy(np.float64)
+
+            def roof_p2p(x: np.ndarray) -> np.ndarray:
+                return roof.p2p_s(x, inter_node=False)
+
+            grid = log_table(b[:, None], t, roof_p2p, (0,))
+            out["p2p"]["intra"] = {"grid": grid.to_json(), "alpha_beta": list(alpha_beta(b, t))}
+    return out
+
+
+# ---- a whole folder ------------------------------------------------------------------------
+FAMILY_FITS: dict[str, Callable[[pd.DataFrame, RooflineOperators], dict[str, Any]]] = {
+    "gemm": fit_gemm,
+    "attn_prefill": fit_attn_prefill,
+    "attn_decode": fit_attn_decode,
+    "moe": fit_moe,
+}
+
+
+def fit_frames(
+    frames: dict[str, pd.DataFrame],
+    spec: GPUSpec,
+    p2p: pd.DataFrame | None = None,
+    inter: pd.DataFrame | None = None,
+    inter_bw_scale: float = 1.0,
+) -> dict[str, Any]:
+    """Fit every family present in ``frames`` (keys as ``data.SCHEMAS``)."""
+    roof = RooflineOperators(spec)
+    families: dict[str, Any] = {}
+    for fam, fn in FAMILY_FITS.items():
+        if fam in frames and not frames[fam].empty:
+            families[fam] = fn(frames[fam], roof)
+    if "nccl" in frames or p2p is not None or inter is not None:
+        families["comm"] = fit_comm(frames.get("nccl"), frames.get("custom_allreduce"), roof, p2p, inter,
+                                    inter_bw_scale)
+    return families
+
+
+def fit_folder(
+    data_dir: str | Path,
+    gpu: str | GPUSpec,
+    network_dir: str | Path | None = None,
+    nccl_logs: str | Path | None = None,
+    nccl_logs_gpu: str = "a100",
+) -> Calibration:
+    """``libra-calibrate fit``: validate and fit an aiconfigurator-style folder, plus optional
+    Vidur network CSVs (``network_dir``) and multi-node nccl-tests logs (``nccl_logs``, measured
+    on ``nccl_logs_gpu``: their bandwidth term is rescaled to this GPU's network)."""
+    spec = get_gpu(gpu)
+    data_dir = Path(data_dir)
+    tables = cdata.load_folder(data_dir)
+    frames = {fam: t.frame for fam, t in tables.items()}
+    files = {t.path.name: t.sha256 for t in tables.values()}
+    meta: dict[str, Any] = {}
+    meta_path = data_dir / "profile_meta.json"
+    if meta_path.is_file():
+        import json
+
+        meta = json.loads(meta_path.read_text())
+    p2p = None
+    if network_dir is not None:
+        t = cdata.load_vidur_p2p(Path(network_dir))
+        p2p = t.frame
+        files[f"network/{t.path.name}"] = t.sha256
+    inter = None
+    scale = 1.0
+    if nccl_logs is not None:
+        src = get_gpu(nccl_logs_gpu)
+        inter, shas = cdata.load_nccl_logs(Path(nccl_logs), src.gpus_per_node)
+        files.update({f"nccl_logs/{k}": v for k, v in shas.items()})
+        if spec.inter_node_bw <= 0:
+            raise CostModelError(f"GPU {spec.name!r} has no inter-node bandwidth to rescale nccl logs to")
+        scale = src.inter_node_bw / spec.inter_node_bw
+    families = fit_frames(frames, spec, p2p, inter, scale)
+    if not families:
+        raise CostModelError(f"{data_dir}: nothing to fit")
+    source = {
+        "data": _display_path(data_dir),
+        "network": _display_path(Path(network_dir)) if network_dir is not None else None,
+        "nccl_logs": _display_path(Path(nccl_logs)) if nccl_logs is not None else None,
+        "nccl_logs_gpu": nccl_logs_gpu if nccl_logs is not None else None,
+        "files_sha256": files,
+        "tool": TOOL_VERSION,
+        "python": platform.python_version(),
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "profile_meta": meta,
+    }
+    return Calibration(gpu=spec.name, families=families, source=source)
+
+
+def _display_path(p: Path) -> str:
+    """The folder as a user would cite it: from its ``calibration`` ancestor when it has one
+    (``calibration/aiconfigurator/a100_sxm``), else as given."""
+    parts = p.resolve().parts
+    if "calibration" in parts:
+        i = len(parts) - 1 - parts[::-1].index("calibration")
+        return "/".join(parts[i:])
+    return str(p)

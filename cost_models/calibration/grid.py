@@ -1,0 +1,251 @@
+"""Tables over a measured grid, in log coordinates: the representation every fitted operator uses.
+
+Why interpolation on the grid: the calibration data are dense sweeps (GEMM shapes, batch x
+length, message sizes) whose latency is shaped by tile quantization, kernel switches and protocol
+changes no smooth formula follows to a few percent. Piecewise-multilinear interpolation in
+(log size -> log time) reproduces the measurements and is cheap; the roofline carries the shape
+beyond the grid (see ``cost_models.operators.fitted``).
+
+Three steps turn scattered rows into a table:
+
+1. ``place``: rows go to the cells of the product grid of the unique values of each axis
+   (duplicates averaged in log space);
+2. ``fill``: empty cells (shapes not measured, or rows held out by ``report``) get values by
+   interpolating the *residual against a baseline* (log measured - log roofline) along each axis
+   from the nearest measured cells, so a hole is filled with the roofline shape corrected by its
+   neighbours' efficiency;
+3. ``make_monotone``: the table is made non-decreasing along the axes that are sizes (more work
+   never takes less time): a cell slower than some larger shape takes that larger shape's time.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class LogGrid:
+    """A table ``values`` over the product of ``axes`` (actual values, ascending), interpolated
+    multilinearly in log(axis) coordinates and clamped at the edges."""
+
+    axes: list[np.ndarray]
+    values: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.axes = [np.asarray(a, dtype=np.float64) for a in self.axes]
+        self.values = np.asarray(self.values, dtype=np.float64)
+        self._log_axes = [np.log(a) for a in self.axes]
+        self._log_axes_list = [la.tolist() for la in self._log_axes]
+        self._lo = [float(a[0]) for a in self.axes]
+        self._hi = [float(a[-1]) for a in self.axes]
+        self._flat = self.values.ravel().tolist()
+        self._strides = [s // 8 for s in self.values.strides]
+        self._ndim = len(self.axes)
+
+    # ---- evaluation ------------------------------------------------------------------------
+    def clip(self, *x: Any) -> list[Any]:
+        """Each coordinate clamped to its axis range."""
+        return [np.clip(v, lo, hi) for v, lo, hi in zip(x, self._lo, self._hi)]
+
+    def inside(self, *x: float) -> bool:
+        """True when a scalar point lies within the grid on every axis."""
+        for v, lo, hi in zip(x, self._lo, self._hi):
+            if v < lo or v > hi:
+                return False
+        return True
+
+    def __call__(self, *x: Any) -> np.ndarray:
+        """Vectorized interpolation at clamped points (arguments broadcast together)."""
+        arrs = np.broadcast_arrays(*[np.asarray(v, dtype=np.float64) for v in x])
+        shape = arrs[0].shape
+        idx: list[np.ndarray] = []
+        wts: list[np.ndarray] = []
+        for v, la in zip(arrs, self._log_axes):
+            lv = np.log(np.clip(v.ravel(), math.exp(la[0]), math.exp(la[-1])))
+            if len(la) == 1:
+                idx.append(np.zeros(lv.shape, dtype=np.intp))
+                wts.append(np.zeros(lv.shape))
+                continue
+            i = np.clip(np.searchsorted(la, lv, side="right") - 1, 0, len(la) - 2)
+            w = (lv - la[i]) / (la[i + 1] - la[i])
+            idx.append(i)
+            wts.append(np.clip(w, 0.0, 1.0))
+        out = np.zeros(idx[0].shape if idx else (), dtype=np.float64)
+        flat = self.values.ravel()
+        for corner in range(1 << self._ndim):
+            off = np.zeros_like(idx[0])
+            wc = np.ones_like(wts[0])
+            for d in range(self._ndim):
+                hi = (corner >> d) & 1
+                if hi and len(self._log_axes[d]) == 1:
+                    wc = wc * 0.0
+                    continue
+                off = off + (idx[d] + hi) * self._strides[d]
+                wc = wc * (wts[d] if hi else 1.0 - wts[d])
+            out = out + wc * flat[off]
+        return out.reshape(shape)
+
+    def scalar(self, *x: float) -> float:
+        """Pure-Python interpolation at one clamped point (no NumPy: ~1-3 us)."""
+        base = 0
+        lows: list[tuple[int, float]] = []
+        for d in range(self._ndim):
+            la = self._log_axes_list[d]
+            v = x[d]
+            lo, hi = self._lo[d], self._hi[d]
+            v = lo if v < lo else (hi if v > hi else v)
+            n = len(la)
+            if n == 1:
+                lows.append((0, 0.0))
+                continue
+            lv = math.log(v)
+            i = bisect_right(la, lv) - 1
+            if i < 0:
+                i = 0
+            elif i > n - 2:
+                i = n - 2
+            w = (lv - la[i]) / (la[i + 1] - la[i])
+            base += i * self._strides[d]
+            lows.append((self._strides[d], w))
+        acc = 0.0
+        flat = self._flat
+        for corner in range(1 << self._ndim):
+            off = base
+            wc = 1.0
+            for d in range(self._ndim):
+                stride, w = lows[d]
+                if (corner >> d) & 1:
+                    if stride == 0:
+                        wc = 0.0
+                        break
+                    off += stride
+                    wc *= w
+                else:
+                    wc *= 1.0 - w
+            if wc != 0.0:
+                acc += wc * flat[off]
+        return acc
+
+    # ---- serialization ---------------------------------------------------------------------
+    def to_json(self, decimals: int = 3) -> dict[str, Any]:
+        """Axes as exact values; the table as integers in units of 10**-decimals (log values:
+        1e-3 is a 0.1 % change of a time), which keeps the bundled files small."""
+        scale = 10**decimals
+        return {
+            "axes": [[float(v) for v in a] for a in self.axes],
+            "scale": scale,
+            "q": np.rint(self.values * scale).astype(np.int64).ravel().tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> LogGrid:
+        axes = [np.asarray(a, dtype=np.float64) for a in obj["axes"]]
+        vals = np.asarray(obj["q"], dtype=np.float64) / float(obj["scale"])
+        return cls(axes, vals.reshape([len(a) for a in axes]))
+
+
+# ---- building tables from rows -------------------------------------------------------------
+def place(coords: np.ndarray, y: np.ndarray) -> tuple[list[np.ndarray], np.ndarray]:
+    """Rows (N x d coordinates, N values) -> (axes, table with NaN where nothing was measured);
+    several rows in one cell are averaged."""
+    coords = np.asarray(coords, dtype=np.float64)
+    axes = [np.unique(coords[:, d]) for d in range(coords.shape[1])]
+    index = tuple(np.searchsorted(a, coords[:, d]) for d, a in enumerate(axes))
+    shape = tuple(len(a) for a in axes)
+    total = np.zeros(shape)
+    count = np.zeros(shape)
+    np.add.at(total, index, y)
+    np.add.at(count, index, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        table = np.where(count > 0, total / np.maximum(count, 1.0), np.nan)
+    return axes, table
+
+
+def _bracket(known: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Index of the nearest known cell at-or-below and at-or-above each cell along ``axis``
+    (-1 / n where there is none)."""
+    n = known.shape[axis]
+    shape = [1] * known.ndim
+    shape[axis] = n
+    pos = np.arange(n).reshape(shape)
+    left = np.where(known, pos, -1)
+    left = np.maximum.accumulate(left, axis=axis)
+    right = np.where(known, pos, n)
+    right = np.flip(np.minimum.accumulate(np.flip(right, axis=axis), axis=axis), axis=axis)
+    return left, right
+
+
+def fill(axes: Sequence[np.ndarray], residual: np.ndarray, max_rounds: int = 64) -> np.ndarray:
+    """Fill NaN cells of ``residual``: average, over the axes where a cell has measured
+    neighbours on both sides, of the linear interpolation (in log axis) between them; cells with
+    neighbours on one side only take the nearest one's value once no two-sided estimate is left.
+    Repeats until every cell is filled (a table with no measured cell at all stays NaN)."""
+    r = np.array(residual, dtype=np.float64)
+    if np.all(np.isnan(r)):
+        return r
+    log_axes = [np.log(np.asarray(a, dtype=np.float64)) for a in axes]
+    for _ in range(max_rounds):
+        missing = np.isnan(r)
+        if not missing.any():
+            break
+        known = ~missing
+        two_sum = np.zeros_like(r)
+        two_cnt = np.zeros_like(r)
+        one_sum = np.zeros_like(r)
+        one_cnt = np.zeros_like(r)
+        for d, la in enumerate(log_axes):
+            n = r.shape[d]
+            left, right = _bracket(known, d)
+            lc = np.clip(left, 0, n - 1)
+            rc = np.clip(right, 0, n - 1)
+            vl = np.take_along_axis(r, lc, axis=d)
+            vr = np.take_along_axis(r, rc, axis=d)
+            shape = [1] * r.ndim
+            shape[d] = n
+            x = la.reshape(shape)
+            xl = la[lc]
+            xr = la[rc]
+            has_l = left >= 0
+            has_r = right < n
+            both = missing & has_l & has_r
+            with np.errstate(invalid="ignore", divide="ignore"):
+                w = np.where(xr > xl, (x - xl) / np.where(xr > xl, xr - xl, 1.0), 0.5)
+            est = vl + w * (vr - vl)
+            two_sum += np.where(both, est, 0.0)
+            two_cnt += both
+            one_l = missing & has_l & ~has_r
+            one_r = missing & has_r & ~has_l
+            one_sum += np.where(one_l, vl, 0.0) + np.where(one_r, vr, 0.0)
+            one_cnt += one_l.astype(float) + one_r.astype(float)
+        if two_cnt.any():
+            sel = two_cnt > 0
+            r[sel] = two_sum[sel] / two_cnt[sel]
+        elif one_cnt.any():
+            sel = one_cnt > 0
+            r[sel] = one_sum[sel] / one_cnt[sel]
+        else:  # pragma: no cover - cannot happen once one cell is known
+            break
+    return r
+
+
+def make_monotone(table: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+    """Non-decreasing along each listed axis, by the padding argument: a smaller problem can
+    always be run as a larger one, so its time is at most the smallest time measured at any
+    larger size (running minimum from the high end). Unlike averaging or isotonic regression,
+    this never inflates a well-measured cell because of one slow kernel at a smaller shape
+    (e.g. single-head decode); each pass keeps the monotonicity earlier passes established."""
+    t = np.array(table, dtype=np.float64)
+    for d in axes:
+        t = np.flip(np.minimum.accumulate(np.flip(t, axis=d), axis=d), axis=d)
+    return t
+
+
+def mesh(axes: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The grid's node coordinates, one array per axis, each of the table's shape."""
+    return list(np.meshgrid(*axes, indexing="ij"))

@@ -1,0 +1,159 @@
+"""``libra-calibrate``: fit operator models on measured data, report their fidelity, and profile
+this machine.
+
+Subcommands: ``fit`` (CSV folder -> versioned calibration JSON), ``report`` (held-out MAPE per
+operator family and GPU), ``profile`` (measure this machine with torch into the same CSV
+schema), and ``predict`` when ``cost_models.predict_cli`` is present. Heavy imports (pandas,
+torch, rich) happen inside the subcommand, so ``--help`` is fast. A user mistake
+(``CostModelError``) prints ``libra-calibrate: error: ...`` on one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from cost_models.errors import CostModelError
+
+PROG = "libra-calibrate"
+DEFAULT_REPORT_GPUS = ("a100", "h100", "h200")
+
+
+# ---- fit -----------------------------------------------------------------------------------
+def _add_fit(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", required=True, help="folder of aiconfigurator-style CSVs (gemm_perf.csv, ...)")
+    p.add_argument("--gpu", required=True, help="catalog name of the device measured (a100, h100, h200, cpu, ...)")
+    p.add_argument("-o", "--output", required=True, help="calibration JSON to write")
+    p.add_argument("--network", help="optional Vidur network folder (send_recv.csv) for intra-node p2p")
+    p.add_argument("--nccl-logs", help="optional folder of multi-node nccl-tests all_reduce logs")
+    p.add_argument("--nccl-logs-gpu", default="a100",
+                   help="GPU whose network the nccl-tests logs were measured on (default a100)")
+
+
+def _run_fit(args: argparse.Namespace) -> int:
+    from cost_models.calibration.fit import fit_folder
+
+    calib = fit_folder(args.data, args.gpu, args.network, args.nccl_logs, args.nccl_logs_gpu)
+    out = calib.save(args.output)
+    fams = ", ".join(sorted(calib.families))
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB): {calib.gpu}, families {fams}")
+    return 0
+
+
+# ---- report --------------------------------------------------------------------------------
+def _add_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--gpu", nargs="+", default=list(DEFAULT_REPORT_GPUS), help="GPUs to report (default: all bundled)")
+    p.add_argument("--data-root", help="measured-data root holding aiconfigurator/, vidur/, echo/ "
+                   "(default: $LIBRA_CALIBRATION_DATA or a shared/calibration folder nearby)")
+    p.add_argument("--out", help="folder for operator_report.md and operator_report.csv")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random split (default 0)")
+    p.add_argument("--quick", action="store_true", help="subsample each family to 1500 rows (seconds)")
+    p.add_argument("--family", nargs="+", help="only these families")
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from cost_models.calibration import report as rep
+    from cost_models.calibration.sources import BUNDLE_SOURCES, find_calibration_root
+
+    unknown = [g for g in args.gpu if g not in BUNDLE_SOURCES]
+    if unknown:
+        raise CostModelError(f"no measured data for GPU {unknown[0]!r}; report covers: {', '.join(BUNDLE_SOURCES)}")
+    fams = tuple(args.family) if args.family else rep.FAMILIES
+    bad = [f for f in fams if f not in rep.FAMILIES]
+    if bad:
+        raise CostModelError(f"unknown family {bad[0]!r}; valid: {', '.join(rep.FAMILIES)}")
+    root = find_calibration_root(args.data_root)
+    console = Console(stderr=True)
+    with console.status("fitting held-out splits") as status:
+        scores = rep.run_report(root, list(args.gpu), seed=args.seed, max_rows=1500 if args.quick else None,
+                                families=fams,
+                                progress=lambda g, f, k: status.update(f"{g} {f} {k}"))
+    table = Table(title="Operator models: absolute percentage error on held-out rows")
+    for col in ("family", "GPU", "rows", "random MAPE (P90)", "extrap. MAPE (P90)", "in-sample", "roofline"):
+        table.add_column(col, justify="left" if col in ("family", "GPU") else "right")
+    df = rep.to_frame(scores)
+    for (fam, gpu), g in df.groupby(["family", "gpu"], sort=False):
+        by = {r.split: r for r in g.itertuples()}
+        cell = lambda k: f"{by[k].mape:.1f}% ({by[k].p90:.1f}%)"  # noqa: E731
+        table.add_row(fam, gpu, str(by["in-sample"].n_test), cell("random"), cell("extrapolation"),
+                      f"{by['in-sample'].mape:.1f}%", f"{by['random'].roofline_mape:.0f}%")
+    Console().print(table)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out / "operator_report.csv", index=False, float_format="%.4g")
+        (out / "operator_report.md").write_text(
+            f"Held-out fidelity of the fitted operator models (seed {args.seed}"
+            f"{', quick subsample' if args.quick else ''}); `libra-calibrate report"
+            f"{' --quick' if args.quick else ''} --gpu {' '.join(args.gpu)}`.\n\n" + rep.to_markdown(scores)
+        )
+        print(f"wrote {out / 'operator_report.md'} and {out / 'operator_report.csv'}")
+    return 0
+
+
+# ---- profile -------------------------------------------------------------------------------
+def _add_profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="device to measure (default cpu)")
+    p.add_argument("--out", default="calibration-profile", help="folder for the CSVs (default ./calibration-profile)")
+    p.add_argument("--quick", action="store_true", help="a small grid and few repeats (seconds, for tests)")
+    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                   help="auto: bfloat16 on cuda, float32 on cpu (bf16 matmul is emulated and slow on most CPUs)")
+
+
+def _run_profile(args: argparse.Namespace) -> int:
+    from cost_models.calibration.profile import profile
+
+    written = profile(args.device, Path(args.out), quick=args.quick, dtype=args.dtype)
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+COMMANDS = {
+    "fit": (_add_fit, _run_fit, "fit operator models on a folder of measured CSVs and write a calibration JSON"),
+    "report": (_add_report, _run_report, "held-out MAPE of the fitted models per operator family and GPU"),
+    "profile": (_add_profile, _run_profile, "measure this machine's GEMM/attention/all-reduce into calibration CSVs"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser; ``predict`` is added when its module is importable."""
+    parser = argparse.ArgumentParser(prog=PROG, description="Fit, check and profile Libra's operator timing models.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (add, run, help_) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_, description=help_)
+        add(p)
+        p.set_defaults(_run=run)
+    try:
+        predict = importlib.import_module("cost_models.predict_cli")
+    except ModuleNotFoundError as exc:
+        if exc.name != "cost_models.predict_cli":
+            raise
+    else:
+        help_ = getattr(predict, "HELP", "predict step times with the cost evaluator")
+        p = sub.add_parser("predict", help=help_, description=help_)
+        predict.add_arguments(p)
+        p.set_defaults(_run=predict.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``libra-calibrate``; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except CostModelError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
