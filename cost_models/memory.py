@@ -58,7 +58,7 @@ DEFAULT_MAX_NUM_SEQS = 256  # vLLM default max_num_seqs
 def check_tp(model: ModelSpec, tp: int) -> None:
     """TP must divide the attention heads, and divide or be a multiple of the KV heads."""
     if tp < 1 or model.n_heads % tp or (model.n_kv_heads % tp and tp % model.n_kv_heads):
-        ok = [t for t in range(1, model.n_heads + 1) if _tp_ok(model, t)]
+        ok = valid_tps(model, 8)  # TP groups stay in a node; 8 GPUs is the largest catalog node
         raise CostModelError(
             f"tp={tp} does not shard {model.name} ({model.n_heads} heads, {model.n_kv_heads} KV heads); "
             f"valid tp: {', '.join(map(str, ok))}"

@@ -150,7 +150,8 @@ def _layer_times(
     bwd += ATTN_BWD_FACTOR * attn
     elementwise = 6 * m * h * DTYPE_BYTES  # two RMSNorms (read + write) and two residual adds
     if model.is_moe:
-        moe = _f(ops.moe_s(m, h, model.moe_intermediate, model.experts_per_token, model.n_experts, tp, ep))
+        # the EP group routes all of its ranks' tokens (m each): moe_s takes the group's total
+        moe = _f(ops.moe_s(m * ep, h, model.moe_intermediate, model.experts_per_token, model.n_experts, tp, ep))
         fwd, bwd = fwd + moe, bwd + 2 * moe
         if model.shared_expert_intermediate:
             for n, k in ((2 * model.shared_expert_intermediate / tp, h), (h, model.shared_expert_intermediate / tp)):
