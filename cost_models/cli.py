@@ -104,12 +104,13 @@ def _add_profile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="a small grid and few repeats (seconds, for tests)")
     p.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                    help="auto: bfloat16 on cuda, float32 on cpu (bf16 matmul is emulated and slow on most CPUs)")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's; 1 is stable on a busy CPU)")
 
 
 def _run_profile(args: argparse.Namespace) -> int:
     from cost_models.calibration.profile import profile
 
-    written = profile(args.device, Path(args.out), quick=args.quick, dtype=args.dtype)
+    written = profile(args.device, Path(args.out), quick=args.quick, dtype=args.dtype, threads=args.threads)
     for path in written:
         print(f"wrote {path}")
     return 0
