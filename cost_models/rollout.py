@@ -51,16 +51,20 @@ class RolloutTimer:
         self.model = model
         # tp -> (base array, slope array, base list, slope list); index = batch size
         self._tables: dict[int, tuple[np.ndarray, np.ndarray, list[float], list[float]]] = {}
+        self._checked: set[int] = set()  # TP degrees already validated
 
     # ---- per-iteration building blocks (vectorized over token counts) ------------------------
     def _check_tp(self, tp: int) -> None:
+        if tp in self._checked:
+            return
         check_tp(self.model, tp)
         if tp > self.gpu.gpus_per_node:
             raise CostModelError(
                 f"tp={tp} exceeds the {self.gpu.gpus_per_node} GPUs of a {self.gpu.name} node; a TP group stays in one node"
             )
+        self._checked.add(tp)
 
-    def _dense_part(self, tp: int, m: np.ndarray) -> np.ndarray:
+    def _dense_part(self, tp: int, m: Any) -> Any:
         """Everything of one block except attention, for ``m`` tokens in the iteration."""
         md, ops = self.model, self.ops
         h = float(md.hidden)
@@ -80,9 +84,9 @@ class RolloutTimer:
             elem = elem + 3 * it * DTYPE_BYTES * m  # SwiGLU reads gate and up, writes product
         t = t + ops.memory_bound_s(elem)
         t = t + 2 * ops.allreduce_s(m * h * DTYPE_BYTES, tp, False)
-        return np.asarray(t, dtype=np.float64)
+        return t  # type: ignore[no-any-return]
 
-    def _ends(self, tp: int, tokens: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    def _ends(self, tp: int, tokens: Any, seqs: Any) -> Any:
         """Embedding lookup for ``tokens``, final norm, LM head and sampling for ``seqs`` rows,
         and the engine's per-iteration overhead."""
         md, ops = self.model, self.ops
@@ -93,7 +97,7 @@ class RolloutTimer:
         t = t + ops.allgather_s(seqs * md.vocab * DTYPE_BYTES, tp, False)  # vocab-parallel logits
         t = t + ops.memory_bound_s(3 * seqs * md.vocab * 4)  # fp32 softmax / top-p / sample
         t = t + ENGINE_STEP_S + ENGINE_PER_SEQ_S * seqs
-        return np.asarray(t, dtype=np.float64)
+        return t  # type: ignore[no-any-return]
 
     def _heads(self, tp: int) -> tuple[float, float]:
         """Per-GPU (query heads, KV heads) in units of 128-dim heads, for the operator set."""
@@ -109,7 +113,8 @@ class RolloutTimer:
         a0 = np.asarray(self.ops.attn_decode_s(bb, 0.0, qh, kvh), dtype=np.float64)
         a1 = np.asarray(self.ops.attn_decode_s(bb, _SLOPE_REF_TOKENS, qh, kvh), dtype=np.float64)
         L = self.model.n_layers
-        base = L * (self._dense_part(tp, bb) + a0) + self._ends(tp, bb, bb)
+        dense = np.asarray(self._dense_part(tp, bb), dtype=np.float64)
+        base = L * (dense + a0) + np.asarray(self._ends(tp, bb, bb), dtype=np.float64)
         slope = L * (a1 - a0) / _SLOPE_REF_TOKENS
         base[0] = 0.0
         slope[0] = 0.0
@@ -176,7 +181,8 @@ class RolloutTimer:
         ``cached_tokens`` already in their KV cache (prefix-cache hits or earlier turns), sampling
         one token per sequence. 0 when there are no new tokens. Chunking long prompts into
         ``max_num_batched_tokens`` pieces is the caller's choice (call once per chunk)."""
-        scalar = all(isinstance(v, (int, float, np.integer, np.floating)) for v in (tp, new_tokens, cached_tokens, batch))
+        if all(isinstance(v, (int, float, np.integer, np.floating)) for v in (tp, new_tokens, cached_tokens, batch)):
+            return self._prefill_scalar(int(tp), float(new_tokens), float(cached_tokens), float(batch))
         tp_a, s_a, c_a, b_a = np.broadcast_arrays(
             np.asarray(tp), np.asarray(new_tokens, dtype=np.float64),
             np.asarray(cached_tokens, dtype=np.float64), np.asarray(batch, dtype=np.float64),
@@ -196,5 +202,20 @@ class RolloutTimer:
             m = b * s
             qh, kvh = self._heads(t)
             attn = np.asarray(self.ops.attn_prefill_s(b, s, c, qh, kvh), dtype=np.float64)
-            out[mask] = L * (self._dense_part(t, m) + attn) + self._ends(t, m, b)
-        return float(out) if scalar else out
+            dense = np.asarray(self._dense_part(t, m), dtype=np.float64)
+            out[mask] = L * (dense + attn) + np.asarray(self._ends(t, m, b), dtype=np.float64)
+        return out
+
+    def _prefill_scalar(self, tp: int, s: float, c: float, b: float) -> float:
+        """The same formula on Python scalars: the operator sets' scalar paths avoid NumPy's
+        per-call overhead, which dominates one small evaluation."""
+        if s < 0 or c < 0 or b < 0:
+            raise CostModelError("new_tokens, cached_tokens and batch must be >= 0")
+        if s == 0 or b == 0:
+            return 0.0
+        if tp not in self._checked:
+            self._check_tp(tp)
+        qh, kvh = self._heads(tp)
+        m = b * s
+        attn = float(self.ops.attn_prefill_s(b, s, c, qh, kvh))
+        return float(self.model.n_layers * (float(self._dense_part(tp, m)) + attn) + float(self._ends(tp, m, b)))

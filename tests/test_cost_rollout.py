@@ -51,7 +51,9 @@ def test_decode_monotone_in_batch_and_context(ev: CostEvaluator) -> None:
     for tp in (1, 2, 4, 8):
         base, slope = ev.decode_coeffs(np.full(1024, tp), np.arange(1, 1025))
         assert np.all(np.diff(base) >= 0)
-        assert np.all(np.diff(slope) >= -1e-18)
+        # the per-KV-token slope may fall with batch (measured attention kernels use bandwidth
+        # better with more sequences); it must stay positive
+        assert np.all(slope > 0)
         # fixed context per sequence: more sequences -> longer iteration, more tokens/s
         t = ev.decode_s(tp, np.arange(1, 1025), np.arange(1, 1025) * 2048.0)
         assert np.all(np.diff(t) > 0)
