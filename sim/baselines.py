@@ -1,0 +1,296 @@
+"""The paper's baselines, as honest ``Policy`` objects the simulator drives like any other.
+
+* ``verl-colocated``: verl's hybrid engine. Every GPU runs rollout (uniform TP, least-loaded
+  routing), then every GPU trains; the switch costs the evaluator's ``role_change_s`` both ways
+  (training state to and from host memory over PCIe, rollout weights reloaded). Synchronous.
+* ``verl-static-uniform``: a fixed split of the cluster between rollout (uniform TP instances,
+  least-loaded routing) and training, synchronous.
+* ``areal-static-optimal``: the best fixed split and TP **in hindsight**: it is handed the whole
+  replayed trace and searches every (split, TP) with the cost model on the true trajectories,
+  then runs asynchronously with staleness 1. It is an upper bound on what static tuning can do,
+  not something a real run could know in advance, and it says so in its plan notes.
+
+How the honest baselines choose (once, at their first plan, then fixed): they know the first
+step's prompt lengths and nothing else, so they assume a **length prior** for the rest of each
+trajectory (``prior_gen_tokens`` generated over ``prior_turns`` turns, ``prior_tool_tokens``
+returned per tool call, ``prior_tool_s`` per call; defaults below, the kind of numbers a verl
+user writes in a config: max response length 8K, a handful of tool calls). For each candidate
+(rollout GPUs in multiples of a node, every valid rollout TP) they predict the rollout with the
+makespan lower bound of ``sim.bounds`` applied to the prior step and the training with the
+policy core's decision tree (``libra.planner.decision_tree``), and pick the fastest synchronous
+step. Any of ``--split``, ``--rollout-tp``, ``--train-tp``, ``--train-pp``, ``--train-ep``,
+``--micro-batch`` pins that choice instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.planner.decision_tree import DecisionTree
+from libra.planner.packing import node_capacities, pack
+from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
+from libra.pool.base import PoolPolicy
+from libra.scheduling.base import RolloutScheduler
+from libra.scheduling.routers import LeastLoadedRouter
+from libra.trace.columnar import StepArrays
+from libra.trace.records import Trajectory, Turn
+from sim.bounds import step_bound
+from sim.costs import SimCosts
+from sim.tools import resolve_latencies
+
+#: The length prior of the honest baselines (see the module docstring).
+PRIOR_GEN_TOKENS = 8192
+PRIOR_TURNS = 8
+PRIOR_TOOL_TOKENS = 512
+PRIOR_TOOL_S = 2.0
+
+
+@dataclass(frozen=True)
+class Pins:
+    """Configuration fixed from the command line (None: the baseline chooses)."""
+
+    split: tuple[int, int] | None = None
+    rollout_tp: int | None = None
+    train_tp: int | None = None
+    train_pp: int | None = None
+    train_ep: int | None = None
+    micro_batch: int | None = None
+
+    @classmethod
+    def from_opts(cls, opts: dict[str, Any]) -> Pins:
+        return cls(**{k: opts.get(k) for k in ("split", "rollout_tp", "train_tp", "train_pp", "train_ep", "micro_batch")})
+
+
+def prior_step(prompt_tokens: np.ndarray, gen: int = PRIOR_GEN_TOKENS, turns: int = PRIOR_TURNS,
+               tool_tokens: int = PRIOR_TOOL_TOKENS, tool_s: float = PRIOR_TOOL_S) -> StepArrays:
+    """A stand-in step built from known prompts and the length prior (what an honest baseline
+    can reason about before any rollout has run)."""
+    per = max(1, gen // max(turns, 1))
+    trajs = [
+        Trajectory(
+            id=f"prior-{i}", step=0, prompt_tokens=int(p),
+            turns=tuple(Turn(per, "tool", tool_s, tool_tokens) for _ in range(turns - 1)) + (Turn(per, None),),
+        )
+        for i, p in enumerate(prompt_tokens)
+    ]
+    return StepArrays.from_trajectories(0, trajs)
+
+
+def uniform_instances(n_gpus: int, tp: int, gpus_per_node: int, first_node: int = 0) -> tuple[RolloutInstance, ...]:
+    """``n_gpus // tp`` TP-``tp`` instances packed on the first nodes, one bucket (0)."""
+    k = n_gpus // tp
+    where = pack(node_capacities(n_gpus, gpus_per_node), [tp] * k)
+    if where is None or k == 0:
+        raise UserError(f"{k} rollout instances of TP={tp} do not pack into {n_gpus} GPUs ({gpus_per_node} per node)")
+    return tuple(RolloutInstance(id=i, tp=tp, bucket=0, node=first_node + n, first_gpu=g) for i, (n, g) in enumerate(where))
+
+
+class _Chooser:
+    """Shared search over (rollout GPUs, rollout TP, training strategy) for the baselines."""
+
+    def __init__(self, cluster: ClusterSpec, costs: SimCosts, pins: Pins, kl: bool) -> None:
+        self.cluster = cluster
+        self.costs = costs
+        self.pins = pins
+        self.tree = DecisionTree(costs.ev, cluster.gpus_per_node, kl=kl)
+        self.kl = kl
+
+    def rollout_tps(self) -> list[int]:
+        tps = [t for t in self.costs.ev.valid_rollout_tps() if t <= self.cluster.gpus_per_node]
+        if self.pins.rollout_tp is not None:
+            if self.pins.rollout_tp not in tps:
+                raise UserError(f"--rollout-tp {self.pins.rollout_tp} is not usable for {self.cluster.model} on {self.cluster.gpu}; valid: {tps}")
+            return [self.pins.rollout_tp]
+        if not tps:
+            raise UserError(f"{self.cluster.model} does not fit a rollout instance on {self.cluster.gpu} at any TP up to {self.cluster.gpus_per_node}")
+        return tps
+
+    def splits(self) -> list[int]:
+        n, g = self.cluster.n_gpus, self.cluster.gpus_per_node
+        if self.pins.split is not None:
+            r, t = self.pins.split
+            if r + t != n or r < 1 or t < 1:
+                raise UserError(f"--split {r}:{t} must be two positive GPU counts summing to --gpus {n}")
+            return [r]
+        cands = [r for r in range(g, n, g)] or [r for r in range(1, n)]
+        return cands
+
+    def train_config(self, n_gpus: int, tokens: int, seq_len: int, seq_max: int) -> tuple[TrainConfig, float] | None:
+        """The fastest training strategy on ``n_gpus`` honouring the pins (None: none fits)."""
+        p = self.pins
+        if any(v is not None for v in (p.train_tp, p.train_pp, p.train_ep)) and p.train_tp and p.train_pp:
+            tp, pp = p.train_tp, p.train_pp
+            if n_gpus % (tp * pp):
+                raise UserError(f"--train-tp {tp} x --train-pp {pp} does not divide the {n_gpus} training GPUs")
+            cfg = TrainConfig(tp=tp, pp=pp, dp=n_gpus // (tp * pp), ep=p.train_ep or 1, micro_batch=p.micro_batch or 1)
+            try:
+                rep = self.costs.ev.train_memory(self.costs.strategy(cfg), seq_max)
+            except Exception as exc:  # CostModelError: an invalid degree, named by the evaluator
+                raise UserError(f"pinned training strategy tp={tp} pp={pp}: {exc}") from exc
+            if not rep.fits:
+                raise UserError(f"pinned training strategy tp={tp} pp={pp} dp={cfg.dp}: {rep.summary()}")
+            f, u = self.costs.train_stage_s(cfg, tokens, seq_len, self.kl)
+            return cfg, f + u
+        res = self.tree.best(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))
+        for t, cfg in res.ranked:
+            if p.train_tp is not None and cfg.tp != p.train_tp:
+                continue
+            if p.train_pp is not None and cfg.pp != p.train_pp:
+                continue
+            if p.train_ep is not None and cfg.ep != p.train_ep:
+                continue
+            if p.micro_batch is not None:
+                cfg = replace(cfg, micro_batch=p.micro_batch)
+            return cfg, t
+        return None
+
+    def no_fit_message(self, n_gpus: int, tokens: int, seq_len: int, seq_max: int) -> str:
+        res = self.tree.best(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))
+        return res.why_none()
+
+    def rollout_estimate(self, steps: Sequence[tuple[StepArrays, np.ndarray]], tp: int, n_gpus: int) -> float:
+        return float(sum(step_bound(s, lat, self.costs, [tp], n_gpus).bound_s for s, lat in steps))
+
+
+def _train_shape(steps: Sequence[StepArrays]) -> tuple[int, int, int]:
+    """(tokens per step, mean sequence length, longest sequence) over ``steps`` (mean step)."""
+    tot = np.concatenate([s.total_tokens for s in steps]) if steps else np.array([1])
+    return int(tot.sum() / max(len(steps), 1)), int(round(float(tot.mean()))), int(tot.max())
+
+
+class StaticPolicy:
+    """A fixed plan chosen once (see the module docstring); least-loaded routing, no pool."""
+
+    sees_future = False
+
+    def __init__(self, name: str, cluster: ClusterSpec, costs: SimCosts, pins: Pins, *, colocated: bool,
+                 mode: str, staleness: int, kl: bool = False, hindsight: Sequence[StepArrays] | None = None,
+                 seed: int = 0) -> None:
+        self.name = name
+        self.cluster = cluster
+        self.costs = costs
+        self.pins = pins
+        self.colocated = colocated
+        self.mode = mode
+        self.staleness = staleness
+        self.kl = kl
+        self.hindsight = list(hindsight) if hindsight is not None else None
+        self.seed = seed
+        self._plan: Plan | None = None
+
+    # -- Policy
+    def plan(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
+        if self._plan is None:
+            self._plan = self._choose(prompt_tokens)
+        return self._plan
+
+    def scheduler(self, plan: Plan, future: StepArrays | None = None) -> RolloutScheduler:
+        return LeastLoadedRouter(plan)
+
+    def pool(self, plan: Plan) -> PoolPolicy | None:
+        return None
+
+    # -- choice
+    def _choose(self, prompt_tokens: np.ndarray) -> Plan:
+        ch = _Chooser(self.cluster, self.costs, self.pins, self.kl)
+        if self.hindsight is not None:
+            steps = [(s, resolve_latencies(s, self.seed)) for s in self.hindsight]
+            basis = "hindsight: searched over the whole replayed trace"
+        else:
+            ps = prior_step(prompt_tokens)
+            steps = [(ps, resolve_latencies(ps, self.seed))]
+            basis = f"first step's prompts + length prior ({PRIOR_GEN_TOKENS} gen tokens over {PRIOR_TURNS} turns)"
+        tokens, seq_len, seq_max = _train_shape([s for s, _ in steps])
+        n = self.cluster.n_gpus
+        best: tuple[float, int, int, TrainConfig, float, float] | None = None
+        splits = [n] if self.colocated else ch.splits()
+        tried: list[str] = []
+        for r in splits:
+            t_gpus = n if self.colocated else n - r
+            tc = ch.train_config(t_gpus, tokens, seq_len, seq_max)
+            if tc is None:
+                tried.append(f"{r}:{t_gpus} ({ch.no_fit_message(t_gpus, tokens, seq_len, seq_max)})")
+                continue
+            cfg, train_s = tc
+            for tp in ch.rollout_tps():
+                if r % tp:
+                    continue
+                roll = ch.rollout_estimate(steps, tp, r) / len(steps)
+                if self.mode == "async":
+                    step_s = max(roll, train_s)
+                else:
+                    step_s = roll + train_s
+                if self.colocated:
+                    step_s += self.costs.to_train_s(tp, cfg) + self.costs.to_rollout_s(tp, cfg)
+                if best is None or step_s < best[0]:
+                    best = (step_s, r, tp, cfg, roll, train_s)
+        if best is None:
+            raise UserError(
+                f"{self.name}: no training strategy fits {self.cluster.model} on {self.cluster.gpu} for any split "
+                f"({'; '.join(tried[:3])}); use more GPUs or a larger-memory GPU"
+            )
+        step_s, r, tp, cfg, roll, train_s = best
+        return Plan(
+            n_rollout_gpus=r,
+            n_train_gpus=n if self.colocated else n - r,
+            train=cfg,
+            instances=uniform_instances(r, tp, self.cluster.gpus_per_node),
+            buckets=(Bucket(0, tp, 0, None),),
+            mode="async" if self.mode == "async" else "sync",
+            max_staleness=self.staleness,
+            colocated=self.colocated,
+            predicted_rollout_s=roll,
+            predicted_train_s=train_s,
+            predicted_step_s=step_s,
+            notes={"policy": self.name, "chosen_by": basis, "rollout_tp": tp, "split": f"{r}:{n - r}" if not self.colocated else f"{n} colocated"},
+        )
+
+
+def _costs(cluster: ClusterSpec, opts: dict[str, Any]) -> SimCosts:
+    """The ground-truth cost wrapper passed in ``opts["costs"]``, or a fresh one."""
+    c = opts.get("costs")
+    if c is None:
+        from sim.costs import load_costs
+
+        c = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node)
+    return c
+
+
+def verl_colocated(cluster: ClusterSpec, **opts: Any) -> StaticPolicy:
+    """verl hybrid engine: all GPUs roll out, then all train (offload/reload in between)."""
+    pins = Pins.from_opts(opts)
+    if pins.split is not None:
+        raise UserError("verl-colocated uses every GPU for both stages; --split does not apply")
+    return StaticPolicy("verl-colocated", cluster, _costs(cluster, opts), pins, colocated=True, mode="sync", staleness=0,
+                        kl=bool(opts.get("kl")), seed=int(opts.get("seed", 0)))
+
+
+def verl_static_uniform(cluster: ClusterSpec, **opts: Any) -> StaticPolicy:
+    """A fixed rollout/training split with uniform TP, least-loaded routing, synchronous."""
+    return StaticPolicy("verl-static-uniform", cluster, _costs(cluster, opts), Pins.from_opts(opts), colocated=False, mode="sync",
+                        staleness=0, kl=bool(opts.get("kl")), seed=int(opts.get("seed", 0)))
+
+
+def areal_static_optimal(cluster: ClusterSpec, **opts: Any) -> StaticPolicy:
+    """The best fixed split and TP in hindsight over the whole trace, async with staleness 1."""
+    trace = opts.get("trace_steps")
+    if not trace:
+        raise UserError("areal-static-optimal searches in hindsight and needs the replayed trace (trace_steps)")
+    return StaticPolicy("areal-static-optimal", cluster, _costs(cluster, opts), Pins.from_opts(opts), colocated=False, mode="async",
+                        staleness=int(opts.get("staleness", 1) or 1), kl=bool(opts.get("kl")), hindsight=trace,
+                        seed=int(opts.get("seed", 0)))
+
+
+#: name -> factory(cluster, **opts); opts: costs (SimCosts), seed, kl, staleness, trace_steps
+#: (hindsight only) and the pins of ``Pins``.
+BASELINES = {
+    "verl-colocated": verl_colocated,
+    "verl-static-uniform": verl_static_uniform,
+    "areal-static-optimal": areal_static_optimal,
+}

@@ -1,0 +1,462 @@
+"""One rollout instance: vLLM-style continuous batching, advanced in closed form.
+
+Why closed form: a step of an agentic workload generates millions of tokens; an event per token
+would make a replay take hours. Between two changes of the batch's membership (a sequence ends
+its turn, one is admitted, KV runs out, an external arrival interrupts) every decode iteration
+has the same batch size ``B``, and its cost is affine in the total context
+(``base(B) + slope(B) * context``), with the context growing by ``B`` tokens per iteration. So
+``N`` iterations from a start context ``C0`` cost exactly::
+
+    P + N * base + slope * (N * C0 + B * N * (N - 1) / 2)
+
+where ``P`` is the prefill of the sequences admitted at the start of the interval (chunked
+prefill: it rides on the first iteration). One SimPy event per interval; an arrival in the
+middle of a long interval truncates it at the next iteration boundary (solving the quadratic for
+the iterations already done), exactly where vLLM would pick the newcomer up.
+
+Per-sequence state is kept relative to the instance's iteration counter ``it``: a running
+sequence stores the iteration it joined at, its context then, and the iteration its turn ends
+at. The batch's total context is then ``S + B * it`` for a running sum ``S``, and the next turn
+end is the top of a heap, so an interval costs O(log B) scalar work regardless of batch size.
+(A NumPy array per instance was slower at the batch sizes that occur, tens to hundreds, because
+every interval touches only a handful of sequences.)
+
+KV accounting (tokens, per instance): running sequences hold their context; sequences in a tool
+call may keep theirs as *cached* KV (vLLM's prefix cache: evictable, least recently used first,
+before any running sequence is preempted); KV reserved for an incoming migration is *pinned*.
+When a decode iteration cannot grow every running sequence by one token, the newest running
+sequence is preempted (vLLM's recompute preemption): its KV is freed and it is re-queued at the
+front, re-prefilling its whole context later.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from libra.errors import UserError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import simpy
+
+    from sim.costs import SimCosts
+    from sim.noise import Noise
+
+
+class SimulationError(UserError):
+    """The replay cannot continue as configured (e.g. a sequence longer than any KV cache)."""
+
+
+class InvariantViolation(AssertionError):
+    """The simulator broke one of its own invariants (a bug, never a user mistake)."""
+
+
+@dataclass(slots=True)
+class QueueEntry:
+    """A sequence waiting for a seat. ``context`` is the KV it needs once admitted (everything
+    so far, including the returned tool tokens); whatever of it is still cached on this instance
+    is not prefilled again, the rest is."""
+
+    traj: int
+    context: int
+    remaining: int  # tokens left to generate in the current turn
+    enqueued_s: float
+
+
+class Instance:
+    """A rollout engine of ``tp`` GPUs (see the module docstring for the model)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        iid: int,
+        tp: int,
+        bucket: int,
+        gpus: tuple[int, ...],
+        node: int,
+        costs: SimCosts,
+        noise: Noise,
+        on_turn_end: Callable[[Instance, int, int, float], None],
+        on_idle: Callable[[Instance], None],
+    ) -> None:
+        self.env = env
+        self.id = iid
+        self.tp = tp
+        self.bucket = bucket
+        self.gpus = gpus
+        self.node = node
+        self.costs = costs
+        self.noise = noise
+        self.capacity = costs.kv_capacity(tp)
+        self.max_seqs = costs.max_seqs(tp)
+        self._on_turn_end = on_turn_end
+        self._on_idle = on_idle
+        # sequence state
+        self.it = 0
+        self.running: dict[int, tuple[int, int, int]] = {}  # traj -> (join_it, ctx_at_join, end_it)
+        self._heap: list[tuple[int, int]] = []  # (end_it, traj), lazily cleaned
+        self._S = 0  # sum(ctx_at_join - join_it) over running
+        self.queue: deque[QueueEntry] = deque()
+        self.held: OrderedDict[int, int] = OrderedDict()  # traj -> cached KV tokens (LRU first)
+        self.pinned: dict[int, int] = {}  # traj -> KV reserved for an incoming migration
+        self.H = 0  # held + pinned tokens
+        self._pending_prefill: dict[int, tuple[int, int]] = {}  # traj -> (new, cached), unpaid
+        # interval state
+        self.busy = False
+        self.alive = True
+        self.started = True  # False while its GPUs are still held elsewhere
+        self._version = 0
+        self._kicked = False
+        self._t0 = 0.0
+        self._N = 0
+        self._B = 0
+        self._C0 = 0
+        self._P = 0.0
+        self._base = 0.0
+        self._slope = 0.0
+        self._f = 1.0
+        self._truncated = False
+        self.idle_since: float | None = env.now
+        # metrics
+        self.busy_s = 0.0
+        self.intervals = 0
+        self.preemptions = 0
+        self.evictions = 0
+        self.gen_tokens = 0
+        self.prefill_tokens = 0
+        self.queue_wait_s = 0.0
+        self.peak_kv = 0
+        self.trace: list[tuple[float, float, int]] | None = None  # (start, end, batch) if recorded
+
+    # ---------------------------------------------------------------- observation helpers
+    @property
+    def n_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def kv_used(self) -> int:
+        """KV tokens in use now (running contexts at the last iteration boundary + held)."""
+        return self._S + len(self.running) * self.it + self.H
+
+    def context_of(self, traj: int) -> int:
+        """Current context of a running sequence (at the last iteration boundary)."""
+        j, c, _ = self.running[traj]
+        return c + self.it - j
+
+    @property
+    def empty(self) -> bool:
+        """Nothing running or queued (cached KV of sequences in tool calls may remain)."""
+        return not self.running and not self.queue
+
+    # ---------------------------------------------------------------- arrivals
+    def enqueue(self, entry: QueueEntry, front: bool = False) -> None:
+        """Queue a sequence; an idle instance starts at once (after same-instant arrivals), a
+        busy one picks it up at its next iteration boundary."""
+        if not self.alive:
+            raise InvariantViolation(f"enqueue on dead instance {self.id}")
+        if front:
+            self.queue.appendleft(entry)
+        else:
+            self.queue.append(entry)
+        if not self.started:
+            return
+        if self.busy:
+            self._truncate()
+        elif not self._kicked:
+            self._kicked = True
+            ev = self.env.timeout(0.0)
+            ev.callbacks.append(self._kick)
+
+    def start(self) -> None:
+        """The instance's GPUs became free: begin serving what queued meanwhile."""
+        self.started = True
+        self._maybe_kick()
+
+    def _kick(self, _ev: object) -> None:
+        self._kicked = False
+        if self.alive and not self.busy:
+            self._start_interval()
+
+    # ---------------------------------------------------------------- KV of sequences in tool calls
+    def hold(self, traj: int, tokens: int) -> None:
+        """Keep ``tokens`` of KV cached for a sequence in a tool call (evictable)."""
+        self.held[traj] = tokens
+        self.H += tokens
+
+    def pin(self, traj: int, tokens: int) -> None:
+        """Reserve KV for a sequence migrating here (not evictable until it is admitted)."""
+        self.pinned[traj] = tokens
+        self.H += tokens
+        self._note_kv()
+
+    def unpin_to_held(self, traj: int) -> None:
+        """A migration finished: the reserved KV becomes ordinary cached KV."""
+        tokens = self.pinned.pop(traj)
+        self.held[traj] = tokens
+        self._maybe_kick()
+
+    def release(self, traj: int) -> int:
+        """Drop whatever KV is held or pinned for ``traj``; returns the tokens freed."""
+        tokens = self.held.pop(traj, None)
+        if tokens is None:
+            tokens = self.pinned.pop(traj, 0)
+        self.H -= tokens
+        if tokens:
+            self._maybe_kick()
+        return tokens
+
+    def _maybe_kick(self) -> None:
+        """KV was freed while idle with sequences waiting for room: try admitting again."""
+        if self.queue and self.started and self.alive and not self.busy and not self._kicked:
+            self._kicked = True
+            ev = self.env.timeout(0.0)
+            ev.callbacks.append(self._kick)
+
+    def cached_for(self, traj: int) -> int:
+        """KV tokens still cached here for ``traj`` (0 if evicted or never held)."""
+        return self.held.get(traj, 0)
+
+    def _evict(self, need: int) -> bool:
+        """Evict cached KV (LRU first) until ``need`` tokens are free; True if anything went."""
+        return self._evict_except(-1, need)
+
+    # ---------------------------------------------------------------- scheduling
+    def _admit(self) -> None:
+        running = self.running
+        q = self.queue
+        cap = self.capacity
+        while q and len(running) < self.max_seqs:
+            e = q[0]
+            cached = min(self.held.get(e.traj, 0), e.context)
+            used = self._S + len(running) * self.it + self.H - cached
+            need = e.context + 1  # its whole context plus room for one decode token
+            if used + need > cap:
+                self._evict_except(e.traj, used + need - cap)
+                used = self._S + len(running) * self.it + self.H - cached
+                if used + need > cap:
+                    if not running and not self.pinned and not (self.held.keys() - {e.traj}):
+                        raise SimulationError(
+                            f"trajectory row {e.traj} needs {need} KV tokens but a TP={self.tp} instance holds "
+                            f"{cap}; give rollout a larger TP (e.g. --rollout-tp {min(self.tp * 2, 8)}) or a "
+                            "larger-memory GPU"
+                        )
+                    break
+            q.popleft()
+            if e.traj in self.held:
+                self.H -= self.held.pop(e.traj)
+            new = e.context - cached
+            end = self.it + e.remaining
+            running[e.traj] = (self.it, e.context, end)
+            self._S += e.context - self.it
+            heapq.heappush(self._heap, (end, e.traj))
+            if new:
+                self._pending_prefill[e.traj] = (new, cached)
+            self.prefill_tokens += new
+            self.queue_wait_s += self.env.now - e.enqueued_s
+
+    def _evict_except(self, keep: int, need: int) -> bool:
+        """Evict cached KV (LRU first) of sequences other than ``keep``; True if any went."""
+        freed = False
+        for traj in list(self.held):
+            if need <= 0:
+                break
+            if traj == keep:
+                continue
+            tokens = self.held.pop(traj)
+            self.H -= tokens
+            need -= tokens
+            self.evictions += 1
+            freed = True
+        return freed
+
+    def _min_end(self) -> int:
+        heap = self._heap
+        running = self.running
+        while heap:
+            end, traj = heap[0]
+            r = running.get(traj)
+            if r is not None and r[2] == end:
+                return end
+            heapq.heappop(heap)
+        raise InvariantViolation("heap empty while sequences run")
+
+    def _preempt_newest(self) -> None:
+        traj, (j, c, end) = self.running.popitem()  # dicts keep admission order: newest last
+        self._S -= c - j
+        ctx = c + self.it - j
+        self._pending_prefill.pop(traj, None)  # admitted this instant: its prefill never ran
+        self.preemptions += 1
+        self.queue.appendleft(QueueEntry(traj, ctx, end - self.it, self.env.now))
+
+    def _start_interval(self) -> None:
+        now = self.env.now
+        self._admit()
+        while True:
+            B = len(self.running)
+            if B == 0:
+                if self._pending_prefill:
+                    raise InvariantViolation("prefill pending with an empty batch")
+                self.busy = False
+                if self.idle_since is None:
+                    self.idle_since = now
+                self._on_idle(self)
+                return
+            C0 = self._S + B * self.it
+            rmin = self._min_end() - self.it
+            free = self.capacity - self.H - C0
+            if rmin > 0 and free < B:
+                if self._evict(B - free):
+                    continue
+                if B == 1 and not self.pinned:
+                    raise SimulationError(
+                        f"a sequence outgrew the KV cache of a TP={self.tp} instance ({self.capacity} tokens); "
+                        "use a larger rollout TP"
+                    )
+                # B == 1 and only pinned reservations stand in the way: step aside until the
+                # migration ends and its KV becomes evictable cache, then re-admit
+                self._preempt_newest()
+                continue
+                self._preempt_newest()
+                continue
+            break
+        self.idle_since = None
+        nkv = free // B if rmin > 0 else 0
+        N = min(rmin, nkv) if rmin > 0 else 0
+        P = 0.0
+        if self._pending_prefill:
+            P = self.costs.prefill_batch_s(self.tp, list(self._pending_prefill.values()))
+            self._pending_prefill = {}
+        base, slope = self.costs.decode_coeffs(self.tp, B)
+        f = self.noise.factor()
+        self._t0 = now
+        self._N = N
+        self._B = B
+        self._C0 = C0
+        self._P = P
+        self._base = base
+        self._slope = slope
+        self._f = f
+        self._truncated = False
+        self.busy = True
+        self.intervals += 1
+        kv = C0 + self.H + B * N
+        if kv > self.peak_kv:
+            self.peak_kv = kv
+            if kv > self.capacity:
+                raise InvariantViolation(f"instance {self.id}: KV {kv} > capacity {self.capacity}")
+        self._schedule(self._cost(N))
+
+    def _cost(self, n: int) -> float:
+        """Wall time of the first ``n`` iterations of the current interval (noise included)."""
+        return self._f * (self._P + n * self._base + self._slope * (n * self._C0 + self._B * n * (n - 1) / 2))
+
+    def _schedule(self, dur: float) -> None:
+        self._version += 1
+        v = self._version
+        ev = self.env.timeout(max(dur, 0.0))
+        ev.callbacks.append(lambda _e: self._end_interval(v))
+
+    def iterations_done_by(self, elapsed: float) -> int:
+        """Iterations of the current interval complete ``elapsed`` seconds after it started
+        (the largest n with cost(n) <= elapsed), by the quadratic formula plus an exact fix-up."""
+        y = elapsed / self._f - self._P
+        if y < 0:
+            return 0
+        a = self._slope * self._B / 2.0
+        b = self._base + self._slope * (self._C0 - self._B / 2.0)
+        if a > 0:
+            n = int((-b + math.sqrt(b * b + 4 * a * y)) / (2 * a))
+        elif b > 0:
+            n = int(y / b)
+        else:
+            n = self._N
+        n = max(0, min(n, self._N))
+
+        def g(k: int) -> float:
+            return k * self._base + self._slope * (k * self._C0 + self._B * k * (k - 1) / 2)
+
+        while n > 0 and g(n) > y:
+            n -= 1
+        while n < self._N and g(n + 1) <= y:
+            n += 1
+        return n
+
+    def _truncate(self) -> None:
+        """An arrival while busy: end the interval at the next iteration boundary."""
+        if self._truncated:
+            return
+        self._truncated = True
+        done = self.iterations_done_by(self.env.now - self._t0)
+        target = min(done + 1, self._N)
+        if target < self._N:
+            self._N = target
+            end = self._t0 + self._cost(target)
+            self._schedule(max(end - self.env.now, 0.0))
+
+    def _end_interval(self, version: int) -> None:
+        if version != self._version or not self.alive or not self.busy:
+            return
+        now = self.env.now
+        N = self._N
+        self.busy_s += now - self._t0
+        if self.trace is not None:
+            self.trace.append((self._t0, now, self._B))
+        self.gen_tokens += self._B * N
+        self.it += N
+        it = self.it
+        heap = self._heap
+        running = self.running
+        done: list[tuple[int, int]] = []
+        while heap and heap[0][0] <= it:
+            end, traj = heapq.heappop(heap)
+            r = running.get(traj)
+            if r is None or r[2] != end:
+                continue
+            j, c, _ = r
+            del running[traj]
+            self._S -= c - j
+            done.append((traj, c + end - j))
+        self.busy = False
+        for traj, ctx in done:
+            self._on_turn_end(self, traj, ctx, now)
+        if self.alive and not self.busy:
+            self._start_interval()
+
+    def _note_kv(self) -> None:
+        kv = self.kv_used
+        if kv > self.peak_kv:
+            self.peak_kv = kv
+
+    # ---------------------------------------------------------------- faults and role changes
+    def evacuate(self) -> list[QueueEntry]:
+        """Stop now (a GPU failed, or the pool takes the GPUs): every running and queued
+        sequence comes back as a queue entry to re-prefill elsewhere; cached KV is dropped.
+        Tokens generated in the current interval up to now are kept (iterations completed)."""
+        now = self.env.now
+        if self.busy:
+            done = self.iterations_done_by(now - self._t0)
+            self.busy_s += now - self._t0
+            self.gen_tokens += self._B * done
+            self.it += done
+        out: list[QueueEntry] = []
+        for traj, (j, c, end) in self.running.items():
+            ctx = c + self.it - j
+            out.append(QueueEntry(traj, ctx, end - self.it, now))
+        for e in self.queue:
+            out.append(QueueEntry(e.traj, e.context, e.remaining, now))
+        self.running.clear()
+        self._heap.clear()
+        self._S = 0
+        self.queue.clear()
+        self.held.clear()
+        self.pinned.clear()
+        self.H = 0
+        self._pending_prefill = {}
+        self.busy = False
+        self.alive = False
+        self._version += 1
+        return out

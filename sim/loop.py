@@ -1,0 +1,343 @@
+"""The RL loop on the simulated cluster: plan, rollout, train, sync, step after step.
+
+Modes:
+
+* **sync** (on-policy): rollout of step j starts when step j-1's weights are synced; then
+  training of j, then weight sync. Colocated plans (verl's hybrid engine) run rollout on every
+  GPU, switch to training (the evaluator's ``role_change_s("train")``: drop weights/KV, load the
+  training state from host), train on every GPU, switch back (``role_change_s("rollout")``:
+  offload the training state, load the rollout weights; this replaces the weight push).
+* **async** with bounded staleness K (AReaL-like): rollouts run back to back; rollout j starts
+  when rollout j-1 is done and the weights of step j-1-K are synced, so with K=1 the rollout of
+  j+1 overlaps the training of j. Training j starts when rollout j and training/sync j-1 are done.
+
+Each step's plan comes from ``policy.plan(cluster, history, prompt_tokens)`` where ``history``
+holds the steps whose rollout has finished (their trajectories are then fully known), oldest
+first. GPUs are booked in a ``GpuLedger`` for every use, so nothing is ever double-booked; a
+rollout instance whose GPUs are still training waits for them (async mode with a plan that
+moved the split).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.planner.plan import Plan
+from libra.policy import Policy
+from libra.pool.base import RoleChange
+from libra.trace.columnar import StepArrays
+from sim.bounds import step_bound
+from sim.costs import SimCosts
+from sim.instance import Instance, SimulationError
+from sim.ledger import GpuLedger
+from sim.metrics import RunResult, StepMetrics
+from sim.noise import Noise
+from sim.rollout import RolloutStage, RolloutStats
+from sim.tools import resolve_latencies
+from sim.training import TrainJob, TrainStats
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """``--fail-gpu STEP:SECONDS:GPU``: GPU ``gpu`` fails ``at_s`` into step ``step``'s rollout
+    and stays out for the rest of that rollout."""
+
+    step: int
+    at_s: float
+    gpu: int
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How to replay (everything but the policy and the trace)."""
+
+    mode: str | None = None  # "sync" | "async" | None: the plan's own mode
+    staleness: int = 1
+    kl: float = 0.0
+    kv_mode: str = "keep"
+    seed: int = 0
+    noise_sigma: float = 0.03
+    mini_batches: int = 4
+    faults: tuple[Fault, ...] = ()
+    gantt_step: int | None = None  # trace step number whose instance Gantt to record
+
+
+class Simulator:
+    """Replays ``steps`` under ``policy`` on ``cluster``; ``run()`` returns a ``RunResult``."""
+
+    def __init__(self, steps: Sequence[StepArrays], policy: Policy, cluster: ClusterSpec, costs: SimCosts, config: SimConfig) -> None:
+        if config.mode not in (None, "sync", "async"):
+            raise UserError(f"--mode must be sync or async, got {config.mode!r}")
+        if config.staleness < 0:
+            raise UserError(f"--staleness must be >= 0, got {config.staleness}")
+        if config.kv_mode not in ("keep", "release"):
+            raise UserError(f"--tool-kv must be keep or release, got {config.kv_mode!r}")
+        self.steps = list(steps)
+        self.policy = policy
+        self.cluster = cluster
+        self.costs = costs
+        self.cfg = config
+        self.gpn = cluster.gpus_per_node
+        known = {s.step for s in self.steps}
+        for f in config.faults:
+            if f.step not in known:
+                raise UserError(f"--fail-gpu {f.step}:{f.at_s}:{f.gpu}: step {f.step} is not in the replayed steps ({min(known)}..{max(known)})")
+            if not 0 <= f.gpu < cluster.n_gpus:
+                raise UserError(f"--fail-gpu {f.step}:{f.at_s}:{f.gpu}: GPU must be in 0..{cluster.n_gpus - 1}")
+
+    # ------------------------------------------------------------------ plan checks
+    def _instance_gpus(self, plan: Plan) -> list[tuple[int, ...]]:
+        out = []
+        for ri in plan.instances:
+            if ri.tp < 1 or ri.first_gpu < 0 or ri.first_gpu + ri.tp > self.gpn:
+                raise SimulationError(f"plan instance {ri.id}: TP={ri.tp} from local GPU {ri.first_gpu} does not fit a {self.gpn}-GPU node")
+            g = tuple(ri.node * self.gpn + ri.first_gpu + k for k in range(ri.tp))
+            if g[-1] >= self.cluster.n_gpus:
+                raise SimulationError(f"plan instance {ri.id} uses GPU {g[-1]}, beyond the cluster's {self.cluster.n_gpus}")
+            out.append(g)
+        flat = [x for g in out for x in g]
+        if len(set(flat)) != len(flat):
+            raise SimulationError("plan places two rollout instances on the same GPU")
+        return out
+
+    def _train_gpus(self, plan: Plan, inst_gpus: list[tuple[int, ...]]) -> tuple[int, ...]:
+        n = self.cluster.n_gpus
+        if plan.train.n_gpus > plan.n_train_gpus:
+            raise SimulationError(f"plan's training strategy needs {plan.train.n_gpus} GPUs but gives training {plan.n_train_gpus}")
+        if plan.colocated:
+            return tuple(range(plan.n_train_gpus))
+        used = {x for g in inst_gpus for x in g}
+        free = [x for x in range(n) if x not in used]
+        if len(free) < plan.n_train_gpus:
+            raise SimulationError(f"plan gives training {plan.n_train_gpus} GPUs but only {len(free)} are left after rollout's {len(used)}")
+        return tuple(free[: plan.n_train_gpus])
+
+    # ------------------------------------------------------------------ run
+    def run(self, progress: Callable[[int, int], None] | None = None) -> RunResult:
+        """Replay every step; ``progress(done, total)`` is called as steps finish."""
+        env = simpy.Environment()
+        self.env = env
+        self.ledger = GpuLedger(env, self.cluster.n_gpus)
+        seed = self.cfg.seed
+        self.noise_roll = Noise(seed, self.cfg.noise_sigma, stream=1)
+        self.noise_train = Noise(seed, self.cfg.noise_sigma, stream=2)
+        self.noise_xfer = Noise(seed, self.cfg.noise_sigma, stream=3)
+        n = len(self.steps)
+        self.rollout_done = [env.event() for _ in range(n)]
+        self.synced = [env.event() for _ in range(n)]
+        self.history: list[StepArrays] = []
+        self.running_job: TrainJob | None = None
+        self.train_segments: list[tuple[float, float, int]] = []
+        self.metrics: list[StepMetrics | None] = [None] * n
+        self._progress = progress
+        self._done = 0
+        self.result = RunResult(policy=getattr(self.policy, "name", "?"), mode="")
+        env.process(self._driver())
+        env.run()
+        missing = [self.steps[j].step for j in range(n) if self.metrics[j] is None]
+        if missing:
+            raise SimulationError(f"replay stalled: steps {missing[:5]} never finished (a plan kept GPUs booked?)")
+        self.result.steps = [m for m in self.metrics if m is not None]
+        self.result.wall_s = env.now
+        return self.result
+
+    def _driver(self) -> Generator[Any, Any, None]:
+        env = self.env
+        for j, step in enumerate(self.steps):
+            if j > 0:
+                yield self.rollout_done[j - 1]
+            plan = self.policy.plan(self.cluster, tuple(self.history), step.prompt_tokens.copy())
+            mode = self.cfg.mode or plan.mode
+            self.result.mode = mode
+            k = self.cfg.staleness if mode == "async" else 0
+            if j - 1 - k >= 0:
+                yield self.synced[j - 1 - k]
+            if plan.colocated and mode == "async":
+                raise UserError(f"policy {self.result.policy} is colocated: it cannot run --mode async (rollout and training share every GPU)")
+            inst_gpus = self._instance_gpus(plan)
+            train_gpus = self._train_gpus(plan, inst_gpus)
+            sched = self.policy.scheduler(plan, future=step) if getattr(self.policy, "sees_future", False) else self.policy.scheduler(plan)
+            pool = None if plan.colocated else self.policy.pool(plan)
+            lat = resolve_latencies(step, self.cfg.seed)
+            total = step.total_tokens
+            job = TrainJob(
+                env, plan.train, train_gpus, int(total.sum()), int(round(float(total.mean()))) if step.n else 1,
+                self.costs, self.noise_train, self.cfg.kl > 0, self.cfg.mini_batches,
+            )
+            stage = RolloutStage(
+                env, step, plan, sched, pool, self.costs, self.noise_roll, lat, self.cfg.kv_mode, self.gpn,
+                record_gantt=(self.cfg.gantt_step == step.step),
+                on_role_change=lambda st, inst, ch, job=job: self._role_change(st, inst, ch, job),
+                training_state=lambda: (self.running_job is not None, self.running_job.n_gpus if self.running_job else 0),
+            )
+            for inst in stage.instances.values():
+                inst.started = False
+                ev = self.ledger.acquire(inst.gpus, ("rollout", step.step, inst.id))
+                ev.callbacks.append(lambda _e, inst=inst: inst.start())
+            for f in self.cfg.faults:
+                if f.step == step.step:
+                    ev = env.timeout(f.at_s)
+                    ev.callbacks.append(lambda _e, f=f, stage=stage: self._fault(stage, f))
+            stage.start()
+            env.process(self._finish_step(j, step, plan, stage, job, lat, mode))
+
+    def _owner(self, stage: RolloutStage, inst: Instance) -> tuple[str, int, int]:
+        return ("rollout", stage.step.step, inst.id)
+
+    def _role_change(self, stage: RolloutStage, inst: Instance, change: RoleChange, pending: TrainJob) -> None:
+        target = self.running_job or pending
+        gpus = inst.gpus
+        self.ledger.transfer(gpus, self._owner(stage, inst), ("loan", id(target)))
+        load = self.costs.to_train_s(inst.tp, target.base_cfg) * self.noise_xfer.factor()
+        back = self.costs.to_rollout_s(inst.tp, target.base_cfg) * self.noise_xfer.factor()
+        target.lend(gpus, load, change.join == "sync", back)
+
+    def _fault(self, stage: RolloutStage, f: Fault) -> None:
+        if stage.done.triggered:
+            raise UserError(
+                f"--fail-gpu {f.step}:{f.at_s}:{f.gpu}: step {f.step}'s rollout ended {stage.stats.makespan_s:.1f} s in; "
+                "pick SECONDS below that"
+            )
+        for inst in stage.instances.values():
+            if inst.alive and f.gpu in inst.gpus:
+                if not inst.started:
+                    break
+                owner = self._owner(stage, inst)
+                stage.stats.fault_requeued += stage.remove_instance(inst)
+                others = tuple(g for g in inst.gpus if g != f.gpu)
+                if others:
+                    self.ledger.release(others, owner)
+                self.ledger.transfer((f.gpu,), owner, ("failed", f.step))
+                stage.done.callbacks.append(lambda _e: self.ledger.release((f.gpu,), ("failed", f.step)))
+                return
+        live = sorted(g for x in stage.instances.values() if x.alive and x.started for g in x.gpus)
+        raise UserError(
+            f"--fail-gpu {f.step}:{f.at_s}:{f.gpu}: GPU {f.gpu} serves no rollout instance at {f.at_s} s of step {f.step}; "
+            f"faults are modelled on rollout GPUs, e.g. GPU {live[0] if live else 0}"
+        )
+
+    def _finish_step(
+        self, j: int, step: StepArrays, plan: Plan, stage: RolloutStage, job: TrainJob, lat: np.ndarray, mode: str
+    ) -> Generator[Any, Any, None]:
+        env = self.env
+        rs: RolloutStats = yield stage.done
+        for inst in stage.instances.values():
+            if inst not in stage._retired:
+                self.ledger.release(inst.gpus, self._owner(stage, inst))
+        self.history.append(step)
+        self.rollout_done[j].succeed()
+        if j > 0:
+            yield self.synced[j - 1]
+        owner = ("train", step.step)
+        yield self.ledger.acquire(job.gpus, owner)
+        switch = 0.0
+        tps = [ri.tp for ri in plan.instances]
+        rtp = max(tps) if tps else 1
+        if plan.colocated:
+            d = self.costs.to_train_s(rtp, plan.train) * self.noise_xfer.factor()
+            yield env.timeout(d)
+            switch += d
+        self.running_job = job
+        ts: TrainStats = yield env.process(job.run())
+        self.running_job = None
+        self.train_segments.extend(ts.segments)
+        sync = 0.0
+        if plan.colocated:
+            d = self.costs.to_rollout_s(rtp, plan.train) * self.noise_xfer.factor()
+            yield env.timeout(d)
+            switch += d
+        else:
+            sync = self.costs.weight_sync_s(plan.train, tps) * self.noise_xfer.factor()
+            yield env.timeout(sync)
+        self.ledger.release(job.gpus, owner)
+        for loan in job.loans:
+            self.ledger.transfer(loan.gpus, ("loan", id(job)), ("return", id(job)))
+            ev = env.timeout(loan.return_s)
+            ev.callbacks.append(lambda _e, g=loan.gpus, o=("return", id(job)): self.ledger.release(g, o))
+        self.synced[j].succeed()
+        self._record(j, step, plan, rs, ts, lat, switch, sync)
+        self._done += 1
+        if self._progress:
+            self._progress(self._done, len(self.steps))
+
+    def _overlap_train(self, a: float, b: float) -> float:
+        return sum(max(0.0, min(b, t1) - max(a, t0)) * g for t0, t1, g in self.train_segments)
+
+    def _record(
+        self, j: int, step: StepArrays, plan: Plan, rs: RolloutStats, ts: TrainStats, lat: np.ndarray, switch: float, sync: float
+    ) -> None:
+        env = self.env
+        n = self.cluster.n_gpus
+        tps = [ri.tp for ri in plan.instances]
+        bound = step_bound(step, lat, self.costs, tps or [1], plan.n_rollout_gpus)
+        prev_end = self.metrics[j - 1].step_end_s if j > 0 and self.metrics[j - 1] else 0.0
+        step_s = env.now - prev_end
+        train_window = env.now - ts.start_s + switch
+        # rollout busy time of the NEXT step overlapping this training window is not known yet;
+        # in sync mode there is none. In async mode it is pro-rated when that step ends.
+        idle_r = n * rs.makespan_s - rs.busy_gpu_s - self._overlap_train(rs.start_s, rs.end_s)
+        idle_t = n * train_window - ts.busy_gpu_s
+        if j > 0 and self.metrics[j - 1] is not None:
+            # this rollout overlapped the previous training window: take its share back out
+            pm = self.metrics[j - 1]
+            a, b = pm.train_start_s, pm.step_end_s
+            ov = max(0.0, min(b, rs.end_s) - max(a, rs.start_s))
+            if rs.makespan_s > 0 and ov > 0:
+                pm.idle_gpu_s_train = max(0.0, pm.idle_gpu_s_train - rs.busy_gpu_s * ov / rs.makespan_s)
+        reward = step.reward[np.isfinite(step.reward)]
+        gen = int(step.total_gen_tokens.sum())
+        if rs.gen_tokens != gen:
+            raise SimulationError(f"step {step.step}: generated {rs.gen_tokens} tokens, trace says {gen} (simulator bug)")
+        completed = int(np.isfinite(rs.finish_s).sum())
+        self.metrics[j] = StepMetrics(
+            step=step.step,
+            n_traj=step.n,
+            completed=completed,
+            rollout_start_s=rs.start_s,
+            rollout_makespan_s=rs.makespan_s,
+            lower_bound_s=bound.bound_s,
+            critical_path_s=bound.critical_path_s,
+            work_bound_s=bound.work_s,
+            train_start_s=ts.start_s - (switch if plan.colocated else 0.0),
+            train_s=ts.duration_s,
+            forward_s=ts.forward_s,
+            update_s=ts.update_s,
+            join_pause_s=ts.pause_s,
+            switch_s=switch,
+            sync_s=sync,
+            step_end_s=env.now,
+            step_s=step_s,
+            gen_tokens=rs.gen_tokens,
+            trained_tokens=int(step.total_tokens.sum()),
+            prefill_tokens=rs.prefill_tokens,
+            gen_tok_s=rs.gen_tokens / step_s if step_s > 0 else 0.0,
+            trained_tok_s=int(step.total_tokens.sum()) / step_s if step_s > 0 else 0.0,
+            idle_gpu_s_rollout=max(0.0, idle_r),
+            idle_gpu_s_train=max(0.0, idle_t),
+            preemptions=rs.preemptions,
+            evictions=rs.evictions,
+            queue_wait_s=rs.queue_wait_s,
+            migrations=rs.migrations,
+            migration_wait_s=rs.migration_wait_s,
+            role_changes=rs.role_changes,
+            train_joins=ts.joins,
+            fault_requeued=rs.fault_requeued,
+            events=rs.intervals + int((step.tool_code >= 0).sum()),
+            n_rollout_gpus=plan.n_rollout_gpus,
+            n_train_gpus=plan.n_train_gpus,
+            rollout_tps="/".join(f"{tp}x{tps.count(tp)}" for tp in sorted(set(tps))),
+            predicted_rollout_s=plan.predicted_rollout_s,
+            predicted_train_s=plan.predicted_train_s,
+            mean_reward=float(reward.mean()) if len(reward) else float("nan"),
+            peak_kv_fraction=rs.peak_kv_fraction,
+        )
+        if rs.gantt:
+            self.result.gantt = rs.gantt
+            self.result.gantt_step = step.step

@@ -1,0 +1,358 @@
+"""One step's rollout on the simulated cluster: trajectories, tool calls, routing, migrations.
+
+The stage owns the step's instances (``sim.instance.Instance``) and walks every trajectory
+through its turns: admission (the router picks a bucket, then an instance), a turn's generation
+inside a batch, a tool call outside it, the return. It asks the policy exactly what a real
+system could answer at each moment (``TrajectoryObservation`` carries no future):
+
+* admission: ``scheduler.admit(obs)`` then ``scheduler.choose_instance(bucket, loads)``;
+* tool call: ``scheduler.on_tool_return(obs)`` is asked **when the call starts**, because that
+  is the only moment a KV migration can overlap the tool (the spec's rule: a tool that returns
+  before its migration ends waits). The observation then carries the context so far, the tool
+  being called and ``last_outcome=None`` (the outcome is not known yet);
+* finish: ``scheduler.on_finish(obs)`` with the final context and the last outcome.
+
+KV of a trajectory in a tool call is kept (cached on its instance, evictable under pressure)
+with ``kv_mode="keep"``, or released (``"release"``: the whole context is prefilled again on
+return). A route to another bucket without ``migrate`` releases the KV and re-prefills there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from libra.planner.plan import Plan
+from libra.pool.base import InstanceState, PoolObservation, PoolPolicy, RoleChange
+from libra.scheduling.base import InstanceLoad, RolloutScheduler, TrajectoryObservation
+from libra.trace.columnar import StepArrays
+from libra.trace.records import OUTCOMES
+from sim.instance import Instance, InvariantViolation, QueueEntry, SimulationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import simpy
+
+    from sim.costs import SimCosts
+    from sim.noise import Noise
+
+
+@dataclass
+class RolloutStats:
+    """What one step's rollout did (times are simulated seconds from the step's start)."""
+
+    start_s: float = 0.0
+    end_s: float = float("nan")
+    finish_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    gen_tokens: int = 0
+    prefill_tokens: int = 0
+    preemptions: int = 0
+    evictions: int = 0
+    migrations: int = 0
+    migration_wait_s: float = 0.0
+    queue_wait_s: float = 0.0
+    intervals: int = 0
+    busy_gpu_s: float = 0.0
+    rollout_gpus: int = 0
+    peak_kv_fraction: float = 0.0
+    role_changes: int = 0
+    fault_requeued: int = 0
+    gantt: list[tuple[int, int, float, float, int]] = field(default_factory=list)  # inst, tp, t0, t1, batch
+
+    @property
+    def makespan_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+class RolloutStage:
+    """Runs one step's rollout; ``done`` fires when every trajectory has finished exactly once."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        step: StepArrays,
+        plan: Plan,
+        scheduler: RolloutScheduler,
+        pool: PoolPolicy | None,
+        costs: SimCosts,
+        noise: Noise,
+        latencies: np.ndarray,
+        kv_mode: str = "keep",
+        gpus_per_node: int = 8,
+        record_gantt: bool = False,
+        on_role_change: Callable[[RolloutStage, Instance, RoleChange], None] | None = None,
+        training_state: Callable[[], tuple[bool, int]] | None = None,
+    ) -> None:
+        if kv_mode not in ("keep", "release"):
+            raise ValueError(f"kv_mode must be 'keep' or 'release', got {kv_mode!r}")
+        self.env = env
+        self.step = step
+        self.plan = plan
+        self.sched = scheduler
+        self.pool = pool
+        self.costs = costs
+        self.noise = noise
+        self.kv_keep = kv_mode == "keep"
+        self.record_gantt = record_gantt
+        self._on_role_change = on_role_change
+        self._training_state = training_state or (lambda: (False, 0))
+        n = step.n
+        # per-turn data as Python lists: the hot path indexes scalars, lists are fastest for that
+        self._off = step.turn_offsets.tolist()
+        self._gen = step.gen_tokens.tolist()
+        self._ttok = step.tool_tokens.tolist()
+        self._lat = latencies.tolist()
+        self._tool = step.tool_code.tolist()
+        self._outc = step.outcome_code.tolist()
+        self._names = step.tool_names
+        self._prompt = step.prompt_tokens.tolist()
+        self._ids = step.ids
+        self._groups = step.groups
+        # per-trajectory state
+        self._turn = [0] * n
+        self._ctx = list(self._prompt)
+        self._admit_s = [0.0] * n
+        self._bucket: list[int | None] = [None] * n
+        self._home: list[int | None] = [None] * n  # instance holding its KV / running it
+        self._finish = np.full(n, np.nan)
+        self._finished = 0
+        self.stats = RolloutStats(rollout_gpus=sum(i.tp for i in plan.instances))
+        self.done = env.event()
+        # instances
+        self.instances: dict[int, Instance] = {}
+        self._by_bucket: dict[int, list[Instance]] = {}
+        self._retired: list[Instance] = []
+        for ri in plan.instances:
+            gpus = tuple(ri.node * gpus_per_node + ri.first_gpu + k for k in range(ri.tp))
+            inst = Instance(env, ri.id, ri.tp, ri.bucket, gpus, ri.node, costs, noise, self._turn_end, self._idle)
+            if costs.kv_capacity(ri.tp) <= 0:
+                raise SimulationError(f"plan has a TP={ri.tp} rollout instance but the model's weights do not fit in {ri.tp} GPU(s); use a larger TP")
+            if record_gantt:
+                inst.trace = []
+            self.instances[ri.id] = inst
+            self._by_bucket.setdefault(ri.bucket, []).append(inst)
+        if not self.instances:
+            raise SimulationError("the plan has no rollout instance")
+
+    # ------------------------------------------------------------------ helpers
+    def _obs(self, i: int, inst: Instance | None, last_tool: str | None, last_outcome: str | None) -> TrajectoryObservation:
+        return TrajectoryObservation(
+            traj_id=self._ids[i],
+            index=i,
+            step=self.step.step,
+            group=self._groups[i],
+            prompt_tokens=self._prompt[i],
+            context_tokens=self._ctx[i],
+            turns_done=self._turn[i],
+            last_tool=last_tool,
+            last_outcome=last_outcome,
+            elapsed_s=self.env.now - self._admit_s[i],
+            instance=None if inst is None else inst.id,
+            bucket=self._bucket[i],
+        )
+
+    def loads(self, bucket: int) -> list[InstanceLoad]:
+        """The load of every live instance of ``bucket``."""
+        return [
+            InstanceLoad(x.id, x.bucket, x.n_running, len(x.queue), x.kv_used, x.capacity)
+            for x in self._by_bucket.get(bucket, ())
+        ]
+
+    def _live_bucket(self, bucket: int) -> int:
+        """``bucket`` if it still has instances, else the nearest one that does (larger first:
+        its instances hold more KV). Buckets empty when the pool or a fault takes instances."""
+        if self._by_bucket.get(bucket):
+            return bucket
+        live = sorted(b for b, xs in self._by_bucket.items() if xs)
+        if not live:
+            raise SimulationError("every rollout instance of the step is gone (faults or role changes); nothing can run")
+        up = [b for b in live if b > bucket]
+        return up[0] if up else live[-1]
+
+    def _choose(self, bucket: int) -> Instance:
+        bucket = self._live_bucket(bucket)
+        loads = self.loads(bucket)
+        iid = self.sched.choose_instance(bucket, loads)
+        inst = self.instances.get(iid)
+        if inst is None or not inst.alive or inst.bucket != bucket:
+            raise SimulationError(f"the scheduler chose instance {iid}, which is not a live instance of bucket {bucket}")
+        return inst
+
+    def _check_bucket(self, b: int) -> int:
+        if not isinstance(b, (int, np.integer)) or b not in self._by_bucket:
+            raise SimulationError(f"the scheduler returned bucket {b!r}; the plan's buckets are {sorted(self._by_bucket)}")
+        return int(b)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Admit every trajectory of the step (all prompts are known at the step's start)."""
+        now = self.env.now
+        self.stats.start_s = now
+        for i in range(self.step.n):
+            self._admit_s[i] = now
+            b = self._check_bucket(self.sched.admit(self._obs(i, None, None, None)))
+            self._bucket[i] = b
+            inst = self._choose(b)
+            self._home[i] = inst.id
+            inst.enqueue(QueueEntry(i, self._ctx[i], self._gen[self._off[i]], now))
+        if self.step.n == 0:
+            self._complete()
+
+    def _turn_end(self, inst: Instance, i: int, ctx: int, now: float) -> None:
+        k = self._turn[i]
+        row = self._off[i] + k
+        self._ctx[i] = ctx
+        last = row + 1 == self._off[i + 1]
+        code = self._tool[row]
+        if code < 0:  # no tool: the trajectory is over
+            self._home[i] = None
+            self._turn[i] = k + 1
+            self._finish_traj(i, inst, None)
+            return
+        lat = self._lat[row]
+        tool = self._names[code]
+        self._turn[i] = k + 1
+        if last:  # trailing tool call (tool_limit/length/abort): it runs, then the trajectory ends
+            self._home[i] = None
+            ev = self.env.timeout(lat)
+            ev.callbacks.append(lambda _e: self._finish_traj(i, None, tool))
+            return
+        route = self.sched.on_tool_return(self._obs(i, inst, tool, None))
+        b = self._check_bucket(route.bucket)
+        self._bucket[i] = b
+        ready = now + lat
+        if self.kv_keep and b == inst.bucket:
+            inst.hold(i, ctx)  # stays home, KV cached while the tool runs
+            self._home[i] = inst.id
+        elif self.kv_keep and route.migrate:
+            dst = self._choose(b)
+            if dst is inst:
+                inst.hold(i, ctx)
+                self._home[i] = inst.id
+            else:
+                inst.hold(i, ctx)  # the source copy stays until the transfer ends
+                dst.pin(i, ctx)
+                self._home[i] = dst.id
+                mig = self.costs.kv_migration_s(ctx, inst.tp, dst.tp, inst.node == dst.node) * self.noise.factor()
+                self.stats.migrations += 1
+                self.stats.migration_wait_s += max(0.0, mig - lat)
+                ready = max(ready, now + mig)
+                ev = self.env.timeout(mig)
+                ev.callbacks.append(lambda _e, src=inst, dst=dst: self._migrated(i, src, dst))
+        else:
+            self._home[i] = None  # released: re-prefill wherever it lands
+        ev = self.env.timeout(ready - now)
+        ev.callbacks.append(lambda _e: self._tool_return(i))
+
+    def _migrated(self, i: int, src: Instance, dst: Instance) -> None:
+        if src.alive:
+            src.release(i)
+        if dst.alive and i in dst.pinned:
+            dst.unpin_to_held(i)
+
+    def _tool_return(self, i: int) -> None:
+        now = self.env.now
+        row = self._off[i] + self._turn[i] - 1
+        self._ctx[i] += self._ttok[row]
+        home = self._home[i]
+        inst = self.instances.get(home) if home is not None else None
+        if inst is None or not inst.alive:
+            inst = self._choose(self._bucket[i])  # type: ignore[arg-type]
+            self._home[i] = inst.id
+        inst.enqueue(QueueEntry(i, self._ctx[i], self._gen[row + 1], now))
+
+    def _finish_traj(self, i: int, inst: Instance | None, trailing_tool: str | None) -> None:
+        if not np.isnan(self._finish[i]):
+            raise InvariantViolation(f"trajectory {self._ids[i]} finished twice")
+        now = self.env.now
+        if trailing_tool is not None:
+            row = self._off[i + 1] - 1
+            self._ctx[i] += self._ttok[row]
+        self._finish[i] = now
+        self._finished += 1
+        row = self._off[i + 1] - 1
+        oc = self._outc[row]
+        self.sched.on_finish(self._obs(i, inst, trailing_tool, OUTCOMES[oc] if oc >= 0 and trailing_tool else None))
+        if self._finished == self.step.n:
+            self._complete()
+        else:
+            self._pool_progress()
+
+    def _idle(self, inst: Instance) -> None:
+        if inst.empty and self._finished < self.step.n:
+            self._pool_progress()
+
+    def _complete(self) -> None:
+        now = self.env.now
+        s = self.stats
+        s.end_s = now
+        s.finish_s = self._finish - s.start_s
+        for inst in list(self.instances.values()) + self._retired:
+            if inst.busy:
+                raise InvariantViolation(f"instance {inst.id} busy after the last trajectory finished")
+            s.gen_tokens += inst.gen_tokens
+            s.prefill_tokens += inst.prefill_tokens
+            s.preemptions += inst.preemptions
+            s.evictions += inst.evictions
+            s.queue_wait_s += inst.queue_wait_s
+            s.intervals += inst.intervals
+            s.busy_gpu_s += inst.busy_s * inst.tp
+            if inst.capacity:
+                s.peak_kv_fraction = max(s.peak_kv_fraction, inst.peak_kv / inst.capacity)
+            if inst.trace is not None:
+                s.gantt.extend((inst.id, inst.tp, a - s.start_s, b - s.start_s, bs) for a, b, bs in inst.trace)
+            inst.alive = False
+        if not self.done.triggered:
+            self.done.succeed(s)
+
+    # ------------------------------------------------------------------ pool, faults
+    def _pool_progress(self) -> None:
+        if self.pool is None or self._on_role_change is None:
+            return
+        now = self.env.now
+        waiting = 0
+        states = []
+        running_total = 0
+        for x in self.instances.values():
+            if not x.alive:
+                continue
+            states.append(InstanceState(x.id, x.tp, x.node, x.n_running, len(x.queue), x.idle_since))
+            running_total += x.n_running + len(x.queue)
+        unfinished = self.step.n - self._finished
+        waiting = unfinished - sum(x.n_running for x in self.instances.values() if x.alive)
+        training, tgpus = self._training_state()
+        obs = PoolObservation(now, self.stats.start_s, tuple(states), unfinished, waiting, training, tgpus)
+        for change in self.pool.on_rollout_progress(obs):
+            inst = self.instances.get(change.instance)
+            if inst is None or not inst.alive:
+                raise SimulationError(f"the pool asked to move instance {change.instance}, which is not a live rollout instance")
+            if not inst.started:
+                continue  # its GPUs are still busy elsewhere: nothing to lend yet
+            if len(self.instances) - len(self._retired) <= 1:
+                continue  # never take the last instance: the step could not finish
+            self.remove_instance(inst)
+            self.stats.role_changes += 1
+            self._on_role_change(self, inst, change)
+
+    def remove_instance(self, inst: Instance) -> int:
+        """Take an instance out (fault or role change): what it ran or queued re-queues
+        elsewhere, re-prefilling its context. Returns how many sequences moved."""
+        entries = inst.evacuate()
+        self._by_bucket[inst.bucket].remove(inst)
+        self._retired.append(inst)
+        for e in entries:
+            dst = self._choose(self._bucket[e.traj] if self._bucket[e.traj] is not None else inst.bucket)
+            self._home[e.traj] = dst.id
+            dst.enqueue(e)
+        return len(entries)
+
+    def fail_gpu(self, gpu: int) -> bool:
+        """A GPU fails now: the instance using it stops, its sequences re-queue elsewhere.
+        Returns False if no instance of this step uses that GPU."""
+        for inst in list(self.instances.values()):
+            if inst.alive and gpu in inst.gpus:
+                self.stats.fault_requeued += self.remove_instance(inst)
+                return True
+        return False
