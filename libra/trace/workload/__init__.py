@@ -20,22 +20,27 @@ from libra.errors import UserError
 from libra.trace.columnar import StepArrays
 from libra.trace.records import Trajectory, TraceHeader
 from libra.trace.workload.engine import RunShape, simulate, to_trajectories
-from libra.trace.workload.math_tool import MathParams
-from libra.trace.workload.params import DOCS, WorkloadParams
-from libra.trace.workload.search import SearchParams
-from libra.trace.workload.swe import SweParams
+from libra.trace.workload import math_tool, search, swe
+from libra.trace.workload.params import DOCS, Target, WorkloadParams
 
 #: Bump when the same arguments would produce different trajectories.
 GENERATOR_VERSION = "1"
 
 #: Workload name -> its parameter dataclass (instantiate with no arguments for the defaults).
 WORKLOADS: dict[str, type[WorkloadParams]] = {
-    "swe": SweParams,
-    "search": SearchParams,
-    "math": MathParams,
+    "swe": swe.SweParams,
+    "search": search.SearchParams,
+    "math": math_tool.MathParams,
 }
 
-__all__ = ["DOCS", "GENERATOR_VERSION", "WORKLOADS", "WorkloadParams", "generate", "generate_steps",
+#: Workload name -> the published figures its defaults are calibrated to (with test bands).
+WORKLOAD_TARGETS: dict[str, tuple[Target, ...]] = {
+    "swe": swe.TARGETS,
+    "search": search.TARGETS,
+    "math": math_tool.TARGETS,
+}
+
+__all__ = ["DOCS", "GENERATOR_VERSION", "WORKLOADS", "WORKLOAD_TARGETS", "Target", "WorkloadParams", "generate", "generate_steps",
            "make_params", "trace_header"]
 
 

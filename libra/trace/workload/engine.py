@@ -12,17 +12,20 @@ The model, per trajectory ``i`` of prompt ``p`` at step ``s``:
   turns also generate more per turn: tool-call count grows with sequence length);
 - drift factor ``f_s = max(0.1, 1 + drift * s)`` scales generation lengths, and ``f_s^share``
   the expected turns;
-- expected turns ``T_i = turns_median * exp(turns_sigma v_i) * f_s^share``; each turn ends the
-  trajectory (no tool call, finish ``stop``) with hazard ``1/T_i`` (times ``first_hazard_mult``
-  at turn 0): a lognormal mixture of geometrics, heavy-tailed;
+- turn-count scale ``L_i = turns_median * exp(turns_sigma v_i) * f_s^share``; turn ``k`` (from
+  0) ends the trajectory (no tool call, finish ``stop``) with the discrete Weibull hazard
+  ``1 - exp(-(((k+1)/L_i)^b - (k/L_i)^b))``, ``b = turns_shape`` (times ``first_hazard_mult`` at
+  turn 0): a lognormal mixture of Weibulls, heavy-tailed (``b = 1``: geometric, mean ``L_i``);
 - turn generation ``~ gen_median exp(gen_sigma_traj u_i) f_s * lognormal(gen_sigma_turn) *
   Pareto tail``, times ``gen_first_mult`` on turn 0;
 - a tool call fails (``error``) with probability ``sigmoid(error_logit + error_difficulty_coef
   z_p + error_streak [last call failed])``, times out per the latency model;
-- CAUSAL error effect: right after an ``error`` or ``timeout`` the stop hazard is multiplied by
-  ``exp(-error_effect)`` and the generation by ``exp(error_gen_share * error_effect)``; with
-  ``error_effect = 0`` an outcome changes nothing that follows (only the shared difficulty links
-  them);
+- CAUSAL error effect: a failure memory ``m`` (``m <- error_memory * m + [call failed]`` after
+  every call, failed = ``error`` or ``timeout``) multiplies the stop hazard by
+  ``exp(-error_effect * m)``: the agent keeps working to fix what broke, for a few turns; the
+  generation right after a failure is multiplied by ``exp(error_gen_share * error_effect)``.
+  With ``error_effect = 0`` an outcome changes nothing that follows (only the shared
+  difficulty links them);
 - caps: a generation that reaches ``max_context`` is cut there (no tool call, finish
   ``length``); a tool return that would pass it is truncated, the call still runs and the
   trajectory ends (finish ``length``); a trajectory still calling a tool at turn ``max_turns``
@@ -137,7 +140,7 @@ def _simulate_chunk(rng: np.random.Generator, p: WorkloadParams, shape: RunShape
     v = gc * z + np.sqrt(1.0 - gc * gc) * rng.standard_normal(n)
     u = vc * v + np.sqrt(1.0 - vc * vc) * rng.standard_normal(n)
     expected_turns_med = p.turns_median * f ** p.turn_drift_share
-    hazard = np.minimum(1.0, 1.0 / (expected_turns_med * np.exp(p.turns_sigma * v)))
+    scale = expected_turns_med * np.exp(p.turns_sigma * v)
     gen_scale = p.gen_median * np.exp(p.gen_sigma_traj * u) * f
     err_base = p.error_logit + p.error_difficulty_coef * z
     latency_model = p.latency
@@ -147,11 +150,11 @@ def _simulate_chunk(rng: np.random.Generator, p: WorkloadParams, shape: RunShape
     n_calls = np.zeros(n, np.int64)
     n_failed = np.zeros(n, np.int64)
     prev_failed = np.zeros(n, bool)
+    memory = np.zeros(n)
     finish = np.full(n, _STOP, np.int8)
     rows: list[tuple[np.ndarray, ...]] = []
     act = np.arange(n)
     gen_boost = np.exp(p.error_gen_share * p.error_effect)
-    hazard_cut = np.exp(-p.error_effect)
     for k in range(p.max_turns):
         m = len(act)
         if m == 0:
@@ -166,8 +169,13 @@ def _simulate_chunk(rng: np.random.Generator, p: WorkloadParams, shape: RunShape
         room = p.max_context - ctx[act]
         cut = gen >= room
         gen[cut] = room[cut]
-        h = hazard[act] * (p.first_hazard_mult if k == 0 else 1.0)
-        h = np.where(pf, h * hazard_cut, h)
+        lam = scale[act]
+        b = p.turns_shape
+        h = -np.expm1(-(((k + 1) / lam) ** b - (k / lam) ** b))
+        if k == 0:
+            h *= p.first_hazard_mult
+        if p.error_effect:
+            h = h * np.exp(-p.error_effect * memory[act])
         stop = ~cut & (rng.random(m) < h)
         call = ~cut & ~stop
 
@@ -195,6 +203,7 @@ def _simulate_chunk(rng: np.random.Generator, p: WorkloadParams, shape: RunShape
         n_calls[act[ci]] += 1
         n_failed[act[ci]] += out_c != _OK
         prev_failed[act[ci]] = out_c != _OK
+        memory[act[ci]] = p.error_memory * memory[act[ci]] + (out_c != _OK)
 
         over = np.zeros(m, bool)
         over[ci] = over_c

@@ -28,7 +28,8 @@ DOCS: dict[str, str] = {
     "max_turns": "step limit: a trajectory still calling a tool at this turn ends with finish 'tool_limit'",
     "drift": "per-step linear growth of generation lengths: step s scales them by max(0.1, 1 + drift*s); negative = shrinking",
     "turn_drift_share": "expected turns scale by the drift factor to this power (0: turns do not drift)",
-    "error_effect": "causal strength of a tool error/timeout on what follows: the next turn's stop hazard is multiplied by exp(-error_effect) and its generation by exp(error_gen_share*error_effect)",
+    "error_effect": "causal strength of a failed tool call (error/timeout) on what follows: the stop hazard is multiplied by exp(-error_effect*m), m = the decaying failure memory, and the next generation by exp(error_gen_share*error_effect)",
+    "error_memory": "decay per turn of the failure memory m (m <- error_memory*m + [call failed]): how long a failure keeps the agent going",
     "error_gen_share": "share of error_effect applied (in log space) to the next generation's length",
     "dataset_prompts": "prompts in the training set; each step samples batch/group_size of them, epoch by epoch",
     "prompt_median": "median prompt tokens",
@@ -37,8 +38,9 @@ DOCS: dict[str, str] = {
     "prompt_max": "largest prompt (the recipe's prompt cap)",
     "prompt_difficulty_coef": "log prompt length grows by this per unit of latent difficulty",
     "group_corr": "correlation of a trajectory's persistence latent with its prompt's difficulty (GRPO samples of one prompt move together)",
-    "turns_median": "median over trajectories of the expected number of turns (before the caps and error effects)",
-    "turns_sigma": "lognormal sigma of a trajectory's expected turns (a mixture of geometrics: the heavy tail)",
+    "turns_median": "median over trajectories of the turn-count scale (Weibull lambda; before the caps and error effects)",
+    "turns_sigma": "lognormal sigma of a trajectory's turn-count scale (a lognormal mixture of Weibulls: the heavy tail)",
+    "turns_shape": "Weibull shape of the turn count given its scale: 1 = constant stop hazard (geometric), > 1 = agents get likelier to stop as turns accumulate",
     "first_hazard_mult": "stop hazard at turn 0 relative to later turns (agents rarely answer without a tool call)",
     "gen_median": "median generated tokens per (non-first) turn",
     "gen_sigma_traj": "lognormal sigma of a trajectory's verbosity",
@@ -86,6 +88,7 @@ class WorkloadParams:
     drift: float
     turn_drift_share: float
     error_effect: float
+    error_memory: float
     error_gen_share: float
     dataset_prompts: int
     prompt_median: float
@@ -96,6 +99,7 @@ class WorkloadParams:
     group_corr: float
     turns_median: float
     turns_sigma: float
+    turns_shape: float
     first_hazard_mult: float
     gen_median: float
     gen_sigma_traj: float
@@ -156,7 +160,7 @@ class WorkloadParams:
         for name in positive_ints:
             if int(getattr(self, name)) < 1:
                 raise bad(name, "must be an integer >= 1")
-        positive = ("prompt_median", "turns_median", "gen_median", "tool_tokens_median", "gen_tail_alpha",
+        positive = ("prompt_median", "turns_median", "turns_shape", "gen_median", "tool_tokens_median", "gen_tail_alpha",
                     "lat_body_median_s", "lat_tail_median_s", "lat_timeout_s", "error_tokens_mult")
         for name in positive:
             if not getattr(self, name) > 0:
@@ -170,6 +174,8 @@ class WorkloadParams:
         for name in ("gen_tail_prob", "lat_tail_prob", "lat_hang_prob", "error_gen_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise bad(name, "must be a probability in [0, 1]")
+        if not 0.0 <= self.error_memory < 1.0:
+            raise bad("error_memory", "must be in [0, 1)")
         for name in ("group_corr", "gen_persistence_corr"):
             if not -1.0 <= getattr(self, name) <= 1.0:
                 raise bad(name, "must be a correlation in [-1, 1]")
@@ -211,3 +217,35 @@ class WorkloadParams:
             if types[name] in ("int", int) and float(value) != coerced[name]:
                 raise UserError(f"workload {self.workload}: parameter {name}={value!r}: must be an integer")
         return dataclasses.replace(self, **coerced)
+
+
+@dataclass(frozen=True)
+class Target:
+    """A published figure a workload is calibrated to, and the band its generated value must hit.
+
+    ``stat`` is a key of ``libra.trace.workload.report.trace_stats``; ``published`` is the figure
+    as the reference states it; ``source`` the line of workloads.md (or "chosen" when the band
+    encodes a modeling choice the reference does not pin down). ``low``/``high`` bound the value a
+    generated trace of that workload (default parameters) must show; ``None`` = unbounded.
+    """
+
+    stat: str
+    published: str
+    source: str
+    low: float | None = None
+    high: float | None = None
+
+    def holds(self, value: float) -> bool:
+        """Whether ``value`` is inside the band."""
+        return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+
+    @property
+    def band(self) -> str:
+        """The band as text, e.g. ``[12, 30]`` or ``>= 0.8``."""
+        if self.low is not None and self.high is not None:
+            return f"[{self.low:g}, {self.high:g}]"
+        if self.low is not None:
+            return f">= {self.low:g}"
+        if self.high is not None:
+            return f"<= {self.high:g}"
+        return "-"

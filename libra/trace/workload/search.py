@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from libra.trace.workload.params import WorkloadParams, param
+from libra.trace.workload.params import Target, WorkloadParams, param
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,10 @@ class SearchParams(WorkloadParams):
 
     max_context: int = param(4096, "Search-R1 max_prompt_length (not in workloads.md)")
     max_turns: int = param(4, "workloads.md:34 (budget of 3 searches, then the answer)")
-    drift: float = param(0.002, "workloads.md:44-46")
+    drift: float = param(0.003, "workloads.md:44-46")
     turn_drift_share: float = param(1.0, "workloads.md:34 (searches grow during training)")
     error_effect: float = param(1.0)
+    error_memory: float = param(0.6)
     error_gen_share: float = param(0.4)
     dataset_prompts: int = param(8192)
     prompt_median: float = param(230.0)
@@ -35,9 +36,10 @@ class SearchParams(WorkloadParams):
     prompt_max: int = param(1024)
     prompt_difficulty_coef: float = param(0.05)
     group_corr: float = param(0.6)
-    turns_median: float = param(2.4, "workloads.md:34 (GRPO stays at 1-2 searches)")
+    turns_median: float = param(2.0, "workloads.md:34 (GRPO stays at 1-2 searches)")
     turns_sigma: float = param(0.5)
-    first_hazard_mult: float = param(0.4)
+    turns_shape: float = param(2.5)
+    first_hazard_mult: float = param(0.3)
     gen_median: float = param(95.0)
     gen_sigma_traj: float = param(0.3)
     gen_sigma_turn: float = param(0.55)
@@ -67,3 +69,18 @@ class SearchParams(WorkloadParams):
     reward_turns_coef: float = param(0.3)
     reward_error_coef: float = param(1.0)
     reward_learn_per_step: float = param(0.01)
+
+
+#: Published figures the defaults are calibrated to, and the bands a generated trace must hit.
+TARGETS: tuple[Target, ...] = (
+    Target("tool_calls_mean", "GRPO stays at 1-2 searches (budget 3)", "workloads.md:34", 1.0, 2.0),
+    Target("turns_p99", "budget of 3 searches, then the answer", "workloads.md:34", 2, 4),
+    Target("gen_per_turn_p99", "500 tokens per turn", "workloads.md:32", None, 500),
+    Target("tool_tokens_p99", "500-token observations", "workloads.md:32", None, 500),
+    Target("latency_p50_s", "~26 ms per query at batch 256", "workloads.md:35", 0.02, 0.1),
+    Target("latency_p99_s", "tens of ms; flat index can exceed 20 s (rare)", "workloads.md:35-36", 0.1, 2.0),
+    Target("latency_max_s", "tool timeout 30 s", "workloads.md:33", None, 30.0),
+    Target("final_len_p99", "context cap 4096 (Search-R1 max_prompt_length)", "chosen", None, 4096),
+    Target("remaining_error_over_ok", "not published: errors lengthen what follows (C-MLFQ premise)", "chosen", 1.1, None),
+    Target("stop_next_error_over_ok", "not published: an agent rarely stops right after an error", "chosen", None, 0.8),
+)
