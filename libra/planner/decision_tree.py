@@ -11,10 +11,12 @@ Levels, top to bottom (each level's choices depend only on the levels above it):
    carved out of the data-parallel ranks of a stage, the cost model's rule).
 5. **Micro-batch** in ``MICRO_BATCHES``: kept if the step has at least ``DP * micro_batch``
    sequences (else some DP rank would get no data).
-6. **ZeRO stage** 1/2/3 and **recompute** off/on, with *dominance pruning*: the lowest ZeRO stage
-   that fits memory is kept and higher stages are dropped (they shard more state but add only
-   communication); recompute is tried only when nothing fits without it (it adds a forward pass).
-   With DP = 1 ZeRO shards nothing, so only stage 1 is listed.
+6. **Recompute** off/on and **ZeRO stage** 1/2/3, with *dominance pruning* on recompute only:
+   recompute is tried only when nothing fits without it (it adds a forward pass and saves
+   nothing else). Every fitting ZeRO stage is ranked: which is fastest depends on the cost
+   model's communication and optimizer-step terms (with this project's model ZeRO-3 can beat
+   ZeRO-1 through a smaller optimizer step; the brute-force test caught an earlier "lowest stage
+   wins" rule). With DP = 1 ZeRO shards nothing, so only stage 1 is listed.
 
 Every leaf is checked against the memory model (``train_memory(strategy, seq_len).fits``, at the
 LONGEST sequence the step is expected to train on) and the cost model's own validation; each
@@ -52,6 +54,7 @@ class TreeResult:
     n_gpus: int
     ranked: list[tuple[float, TrainConfig]] = field(default_factory=list)
     pruned: list[Pruned] = field(default_factory=list)
+    budget_s: float = float("inf")  # leaves no faster than this were cut (see enumerate_strategies)
 
     @property
     def best(self) -> TrainConfig | None:
@@ -92,16 +95,24 @@ def enumerate_strategies(
     gpus_per_node: int,
     time_fn: Callable[[TrainConfig], float] | None = None,
     dominance: bool = True,
+    budget_s: float = float("inf"),
+    bound: bool = True,
 ) -> TreeResult:
     """Walk the tree for ``n_gpus`` training GPUs (see the module docstring).
 
     ``sequences``: how many sequences the step trains on (limits DP x micro-batch);
     ``seq_len_memory``: the longest sequence, for the memory check; ``time_fn`` ranks survivors
-    (None: survivors are listed unranked with time 0). ``dominance=False`` lists every fitting
-    ZeRO/recompute leaf (used by tests to check the dominance rule against the cost model).
+    (None: survivors are listed unranked with time 0). ``dominance=False`` also lists fitting
+    recompute leaves whose no-recompute twin fits (tests check the rule against the cost model).
+
+    Branch and bound (``bound``, when ``time_fn`` has a ``lower`` method, as ``TrainTimer``
+    does): a leaf whose lower bound (its optimizer step alone, without the log-prob forward) is
+    no better than the best leaf so far or than ``budget_s`` (what the outer search can still
+    use) is cut without its full evaluation. The best leaf under the budget is exact: it is never
+    cut. ``ranked`` then holds the fully evaluated leaves only.
     """
     model = ev.model
-    res = TreeResult(n_gpus)
+    res = TreeResult(n_gpus, budget_s=budget_s)
     if n_gpus < 1:
         res.pruned.append(Pruned(f"{n_gpus} GPUs", "training needs at least one GPU"))
         return res
@@ -125,7 +136,7 @@ def enumerate_strategies(
             if model.n_experts:
                 eps = [e for e in _divisors(model.n_experts) if dp % e == 0]
             for ep in eps:
-                _walk_leaves(ev, res, tp, pp, dp, ep, sequences, seq_len_memory, time_fn, dominance)
+                _walk_leaves(ev, res, tp, pp, dp, ep, sequences, seq_len_memory, time_fn, dominance, bound)
     res.ranked.sort(key=lambda x: (x[0], x[1].tp * x[1].pp, x[1].zero_stage, x[1].micro_batch))
     return res
 
@@ -141,6 +152,7 @@ def _walk_leaves(
     seq_len_memory: int,
     time_fn: Callable[[TrainConfig], float] | None,
     dominance: bool,
+    bound: bool = True,
 ) -> None:
     """Levels 5-6 under one (TP, PP, DP, EP) node.
 
@@ -193,12 +205,19 @@ def _walk_leaves(
                     res.pruned.append(Pruned(desc, f"memory: {report_line(report(cfg), desc)}"))
                     continue
                 found = True
-                res.ranked.append((float(time_fn(cfg)) if time_fn is not None else 0.0, cfg))
-                if dominance:
-                    for z in zeros:
-                        if z > zero:
-                            res.pruned.append(Pruned(_describe(tp, pp, dp, ep, z, mb, rc), f"dominated: ZeRO-{zero} fits"))
-                    break
+                if time_fn is None:
+                    res.ranked.append((0.0, cfg))
+                    continue
+                lower = getattr(time_fn, "lower", None)
+                if lower is not None and bound:
+                    cut = min(res.budget_s, res.best_time_s)
+                    lb = float(lower(cfg))
+                    if lb >= cut:
+                        res.pruned.append(Pruned(desc, f"bound: its optimizer step alone ({lb:.3g} s) is no faster than {cut:.3g} s"))
+                        continue
+                res.ranked.append((float(time_fn(cfg)), cfg))
+                if res.ranked[-1][0] < res.ranked[0][0]:
+                    res.ranked.insert(0, res.ranked.pop())
         if not found:
             for bigger in MICRO_BATCHES:
                 if bigger > mb:
@@ -225,16 +244,37 @@ def report_line(rep: Any, fallback: str) -> str:
     return str(getattr(rep, "why", "") or fallback + " does not fit")
 
 
-def training_time_fn(ev: CostModel, tokens: int, seq_len: int, kl: bool = False) -> Callable[[TrainConfig], float]:
-    """Predicted training-stage time of a strategy: log-prob forward(s) + one optimizer step."""
-    from libra.planner.costs import to_strategy
+class TrainTimer:
+    """Predicted training-stage time of a strategy: one optimizer step over the step's tokens
+    plus the old-policy log-prob forward (and a reference-model forward with a KL term).
+    ``lower`` is the optimizer step alone: a lower bound used for branch and bound."""
 
-    def f(cfg: TrainConfig) -> float:
-        s = to_strategy(cfg)
-        fwd = float(ev.forward_s(s, tokens, seq_len))
-        return float(ev.train_iter_s(s, tokens, seq_len)) + fwd * (2 if kl else 1)
+    def __init__(self, ev: CostModel, tokens: int, seq_len: int, kl: bool = False) -> None:
+        self.ev, self.tokens, self.seq_len, self.kl = ev, tokens, seq_len, kl
+        self._step: dict[TrainConfig, float] = {}
+        self.calls = 0
 
-    return f
+    def lower(self, cfg: TrainConfig) -> float:
+        from libra.planner.costs import to_strategy
+
+        t = self._step.get(cfg)
+        if t is None:
+            self.calls += 1
+            t = float(self.ev.train_iter_s(to_strategy(cfg), self.tokens, self.seq_len))
+            self._step[cfg] = t
+        return t
+
+    def __call__(self, cfg: TrainConfig) -> float:
+        from libra.planner.costs import to_strategy
+
+        self.calls += 1
+        fwd = float(self.ev.forward_s(to_strategy(cfg), self.tokens, self.seq_len))
+        return self.lower(cfg) + fwd * (2 if self.kl else 1)
+
+
+def training_time_fn(ev: CostModel, tokens: int, seq_len: int, kl: bool = False) -> TrainTimer:
+    """The training-stage timer (see ``TrainTimer``)."""
+    return TrainTimer(ev, tokens, seq_len, kl)
 
 
 class DecisionTree:
@@ -248,17 +288,20 @@ class DecisionTree:
         self.hits = 0
         self.misses = 0
 
-    def best(self, n_gpus: int, tokens: int, seq_len: int, seq_len_memory: int) -> TreeResult:
-        """The tree for ``n_gpus`` with survivors ranked for a step of ``tokens`` tokens."""
+    def best(self, n_gpus: int, tokens: int, seq_len: int, seq_len_memory: int, budget_s: float = float("inf")) -> TreeResult:
+        """The tree for ``n_gpus`` for a step of ``tokens`` tokens; leaves no faster than
+        ``budget_s`` may be cut. A memoized walk is reused when it is exact for this budget: its
+        best beat its own budget, or its budget was at least as large."""
         key = (n_gpus, tokens, seq_len, seq_len_memory)
         hit = self._cache.get(key)
-        if hit is not None:
+        if hit is not None and (hit.budget_s >= budget_s or hit.best_time_s < hit.budget_s):
             self.hits += 1
             return hit
         self.misses += 1
         sequences = max(1, tokens // max(seq_len, 1))
         res = enumerate_strategies(
-            self.ev, n_gpus, sequences, seq_len_memory, self.gpus_per_node, training_time_fn(self.ev, tokens, seq_len, self.kl)
+            self.ev, n_gpus, sequences, seq_len_memory, self.gpus_per_node, training_time_fn(self.ev, tokens, seq_len, self.kl),
+            budget_s=budget_s,
         )
         self._cache[key] = res
         return res

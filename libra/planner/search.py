@@ -1,8 +1,17 @@
 """Hierarchical search (the paper's Algorithm 1): the GPU split, the training strategy, the rollout layout.
 
-Outer loop: every training GPU count ``n_train`` on a grid of step ``train_unit(N)`` (1 GPU on
-clusters of at most 4 nodes, half a node up to 16 nodes, whole nodes beyond: a GPU is a large
-fraction of a small cluster and a rounding error of a large one). For each ``n_train``:
+Outer loop: training GPU counts ``n_train`` on a grid of step ``train_unit(N)``: 1 GPU on
+clusters of at most 4 nodes, half a node up to 16 nodes, whole nodes beyond (a GPU is a large
+fraction of a small cluster and a rounding error of a large one). Up to 16 nodes the grid is
+visited exhaustively. Beyond, a coarse pass visits multiples of ``coarse_unit(N)`` (whole nodes
+times a power of two, at most 32 points), then a fine pass visits every whole-node count within
+one coarse step of the coarse best: exact when the step time has no dip narrower than a coarse
+step (both stage times are monotone in their GPU counts), a documented heuristic otherwise.
+
+Branch and bound: splits are visited best-guess first; a split whose rollout time alone already
+reaches the best step found is cut, and the decision tree receives the time its training stage
+must beat (``budget_s``) so that it cuts leaves early. Cuts never change the result: every cut
+split or leaf is provably no better than the incumbent. For each visited ``n_train``:
 
 * the decision tree's fastest feasible strategy (``DecisionTree``, memoized per GPU count and
   step size), predicting the training stage ``train_s``;
@@ -48,6 +57,21 @@ def train_unit(n_gpus: int, gpus_per_node: int) -> int:
     return gpus_per_node
 
 
+#: Points of the coarse pass on large clusters (see ``coarse_unit``).
+COARSE_POINTS = 32
+
+
+def coarse_unit(n_gpus: int, gpus_per_node: int) -> int:
+    """Step of the coarse pass on clusters of more than 16 nodes (0: no coarse pass): whole
+    nodes times the smallest power of two that leaves at most ``COARSE_POINTS`` points."""
+    if -(-n_gpus // gpus_per_node) <= 16:
+        return 0
+    unit = gpus_per_node
+    while n_gpus / unit > COARSE_POINTS:
+        unit *= 2
+    return unit
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """Knobs of the search. ``tps``: rollout TP degrees allowed (None: every valid one);
@@ -91,6 +115,7 @@ class SearchResult:
     stats: WorkloadStats
     dp_hits: int
     dp_misses: int
+    skipped: int = 0  # splits cut by the bound (provably no better than the best)
 
 
 class Planner:
@@ -142,23 +167,68 @@ class Planner:
         hits0, miss0 = dp.hits, dp.misses
         tokens, seq, seq_max = self.train_shape(stats)
         cands: list[Candidate] = []
-        last_tree: TreeResult | None = None
-        for n_train in self.n_train_grid():
-            tree = self.tree.best(n_train, tokens, seq, seq_max)
-            last_tree = tree
-            if tree.best is None:
-                continue
-            ro = dp.best(self.cluster.n_gpus - n_train)
-            if ro is None:
-                continue
-            sync = weight_sync_s(self.ev, self.cluster, n_train, tree.best, ro.instances)
-            trans = transition_s(self.ev, self.cluster, current, n_train, tree.best, ro.instances)
-            st = step_time(self.options.mode, ro.makespan_s, tree.best_time_s, sync)
-            cands.append(Candidate(n_train, tree.best, tree.best_time_s, ro, sync, trans, st + trans))
+        N = self.cluster.n_gpus
+        state = {"incumbent": float("inf"), "skipped": 0, "last_tree": None}
+        visited: set[int] = set()
+
+        def visit(grid: list[int]) -> None:
+            visited.update(grid)
+            rollout = {n: dp.best(N - n) for n in grid}
+            for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
+                ro = rollout[n_train]
+                assert ro is not None
+                incumbent = state["incumbent"]
+                # bound: what the training stage may still take for this split to beat the incumbent
+                budget = incumbent - (ro.makespan_s if self.options.mode == "sync" else 0.0)
+                if budget <= 0 or ro.makespan_s >= incumbent:
+                    state["skipped"] += 1
+                    continue
+                tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=budget)
+                state["last_tree"] = tree
+                if tree.best is None:
+                    state["skipped"] += tree.budget_s != float("inf")
+                    continue
+                sync = weight_sync_s(self.ev, self.cluster, n_train, tree.best, ro.instances)
+                trans = transition_s(self.ev, self.cluster, current, n_train, tree.best, ro.instances)
+                st = step_time(self.options.mode, ro.makespan_s, tree.best_time_s, sync) + trans
+                cands.append(Candidate(n_train, tree.best, tree.best_time_s, ro, sync, trans, st))
+                state["incumbent"] = min(incumbent, st)
+
+        coarse = self.options.unit is None and coarse_unit(N, self.cluster.gpus_per_node)
+        if coarse:
+            visit(list(range(coarse, N, coarse)))
+            fine = train_unit(N, self.cluster.gpus_per_node)
+            if cands:
+                centre = min(cands, key=lambda c: (c.step_s, c.n_train)).n_train
+                visit([k for k in range(max(fine, centre - coarse + fine), min(N, centre + coarse), fine) if k not in visited])
+        else:
+            visit(self.n_train_grid())
+        skipped = int(state["skipped"])
+        last_tree = state["last_tree"]
         if not cands:
             raise UserError(self._why_nothing_fits(stats, seq_max, last_tree))
         best = min(cands, key=lambda c: (c.step_s, c.n_train))
-        return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0)
+        return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped)
+
+    def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:
+        """Splits in the order the outer loop visits them: a good incumbent early makes the
+        bound cut more. The middle split first, then by predicted rollout time plus a training
+        time extrapolated as inversely proportional to the GPU count from the middle split."""
+        if not grid:
+            return []
+        mid = grid[len(grid) // 2]
+        probe = self.tree.best(mid, tokens, seq, seq_max)
+        t_mid = probe.best_time_s if probe.best is not None else 0.0
+        if t_mid == float("inf"):
+            t_mid = 0.0
+
+        def guess(n: int) -> float:
+            r = rollout[n]
+            rs = r.makespan_s if r is not None else float("inf")
+            ts = t_mid * mid / n
+            return rs + ts if self.options.mode == "sync" else max(rs, ts)
+
+        return [mid] + sorted((n for n in grid if n != mid), key=lambda n: (guess(n), n))
 
     def plan(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None = None) -> Plan:
         """The next step's plan (see ``search``), with its predictions."""
@@ -189,6 +259,7 @@ class Planner:
                 "stats_digest": res.stats.digest,
                 "from_prior": res.stats.from_prior,
                 "candidates": len(res.candidates),
+                "splits_cut_by_bound": res.skipped,
                 "dp_memo_hits": res.dp_hits,
             },
         )

@@ -21,14 +21,18 @@ from libra.planner.costs import CostModel, to_strategy
 from libra.planner.plan import Plan, RolloutInstance, TrainConfig
 
 
-def weight_sync_s(ev: CostModel, cluster: ClusterSpec, n_train: int, train: TrainConfig, instances: Sequence[RolloutInstance]) -> float:
-    """Seconds to push trained weights into ``instances``."""
+def weight_sync_s(
+    ev: CostModel, cluster: ClusterSpec, n_train: int, train: TrainConfig | None, instances: Sequence[RolloutInstance]
+) -> float:
+    """Seconds to push trained weights into ``instances``. With ``train`` None (strategy not
+    chosen yet) it returns 0, the trivial lower bound the search's branch and bound uses."""
     if not instances:
         return 0.0
+    if train is None:
+        return 0.0
     same_node = cluster.n_gpus <= cluster.gpus_per_node
-    return float(ev.weight_sync_s(  # type: ignore[attr-defined]
-        n_train_gpus=n_train, rollout_tps=[i.tp for i in instances], same_node=same_node, strategy=to_strategy(train)
-    ))
+    tps = [i.tp for i in instances]
+    return float(ev.weight_sync_s(n_train_gpus=n_train, rollout_tps=tps, same_node=same_node, strategy=to_strategy(train)))
 
 
 def transition_s(

@@ -1,0 +1,153 @@
+"""Libra's policies and their ablations, by name (the simulator adds its baselines to these).
+
+| name | planner | router | elastic pool |
+| --- | --- | --- | --- |
+| ``libra-homogeneous`` | one bucket, one TP degree | least-loaded | no |
+| ``libra-hetero`` | heterogeneous TP buckets | reactive MLFQ (move once outgrown) | no |
+| ``libra-cmlfq`` | heterogeneous TP buckets | C-MLFQ | no |
+| ``libra`` | heterogeneous TP buckets | C-MLFQ | yes |
+| ``no-migration`` | heterogeneous | C-MLFQ decisions, moves re-prefill (no KV transfer) | yes |
+| ``reactive-mlfq`` | heterogeneous | reactive MLFQ | yes |
+| ``length-predictor`` | heterogeneous | predicted final length (trained on past steps, noisy) | yes |
+| ``oracle`` | heterogeneous | true final lengths: UPPER BOUND, ``sees_future`` | yes |
+
+Every factory is ``(cluster: ClusterSpec, **opts) -> Policy``. Options (all optional):
+``mode`` ("sync"/"async"), ``max_staleness`` (async, default 1), ``replan`` ("every-step" or
+"drift"), ``drift_threshold``, ``join`` ("nonblocking"/"sync"), ``seed`` (length-predictor noise),
+``lp_sigma``, ``window`` (history steps the planner pools), ``kl`` (reference-model forward),
+``ev`` (a cost evaluator to share; built from the cluster otherwise).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.planner.costs import CostModel, make_evaluator
+from libra.planner.plan import Plan
+from libra.planner.search import Planner, Replanner, SearchOptions
+from libra.pool.base import PoolPolicy
+from libra.pool.elastic import ElasticPool
+from libra.scheduling.base import RolloutScheduler
+from libra.scheduling.cmlfq import CMLFQScheduler, NoMigrationScheduler
+from libra.scheduling.history_model import RemainingWorkModel
+from libra.scheduling.routers import LeastLoadedRouter, LengthPredictorRouter, OracleRouter, ReactiveMLFQRouter
+from libra.trace.columnar import StepArrays
+
+ROUTERS: tuple[str, ...] = ("least-loaded", "reactive", "cmlfq", "no-migration", "length-predictor", "oracle")
+OPTIONS: tuple[str, ...] = ("mode", "max_staleness", "replan", "drift_threshold", "join", "seed", "lp_sigma", "window", "kl", "ev")
+
+
+class LibraPolicy:
+    """A Libra planner + router + optional elastic pool (see the module table)."""
+
+    def __init__(self, cluster: ClusterSpec, name: str, router: str, elastic: bool, max_buckets: int, **opts: Any) -> None:
+        unknown = sorted(set(opts) - set(OPTIONS))
+        if unknown:
+            raise UserError(f"policy {name}: unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
+        if router not in ROUTERS:
+            raise ValueError(f"router must be one of {ROUTERS}")
+        mode = opts.get("mode", "sync")
+        if mode not in ("sync", "async"):
+            raise UserError(f"policy {name}: mode must be 'sync' or 'async', got {mode!r}")
+        self.name = name
+        self.sees_future = router == "oracle"
+        self.router = router
+        self.elastic = elastic
+        self.join = opts.get("join", "nonblocking")
+        self.seed = int(opts.get("seed", 0))
+        self.lp_sigma = float(opts.get("lp_sigma", 0.5))
+        self.window = int(opts.get("window", 3))
+        self._opts = dict(opts)
+        self._options = SearchOptions(
+            mode=mode,
+            max_staleness=int(opts.get("max_staleness", 1)) if mode == "async" else 0,
+            max_buckets=max_buckets,
+            window=self.window,
+            kl=bool(opts.get("kl", False)),
+        )
+        self._cluster: ClusterSpec | None = None
+        self._ev: CostModel | None = opts.get("ev")
+        self._replanner: Replanner | None = None
+        self._models: dict[int, tuple[Plan, RemainingWorkModel]] = {}
+        self._last_model = RemainingWorkModel()
+        self._setup(cluster)
+
+    def _setup(self, cluster: ClusterSpec) -> None:
+        if self._ev is None or (self._cluster is not None and (cluster.gpu, cluster.model) != (self._cluster.gpu, self._cluster.model)):
+            self._ev = make_evaluator(cluster)
+        self._cluster = cluster
+        planner = Planner(cluster, self._ev, self._options)
+        self._replanner = Replanner(
+            planner, policy=self._opts.get("replan", "every-step"), threshold=float(self._opts.get("drift_threshold", 0.15))
+        )
+
+    @property
+    def planner(self) -> Planner:
+        assert self._replanner is not None
+        return self._replanner.planner
+
+    # ---- Policy ------------------------------------------------------------------------------
+    def plan(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
+        """Plan the next step from completed steps; fit the router's model on the same history."""
+        if cluster != self._cluster:
+            self._setup(cluster)
+        assert self._replanner is not None
+        plan = self._replanner.plan(history, prompt_tokens)
+        model = RemainingWorkModel.fit(history, window=max(self.window, 4))
+        self._last_model = model
+        self._models[id(plan)] = (plan, model)
+        while len(self._models) > 8:
+            self._models.pop(next(iter(self._models)))
+        return plan
+
+    def _model_for(self, plan: Plan) -> RemainingWorkModel:
+        got = self._models.get(id(plan))
+        return got[1] if got is not None and got[0] is plan else self._last_model
+
+    def scheduler(self, plan: Plan, future: StepArrays | None = None) -> RolloutScheduler:
+        """The router for a step. Only the oracle takes ``future`` (and requires it)."""
+        if future is not None and not self.sees_future:
+            raise ValueError(f"policy {self.name} does not see the future; do not pass the step's StepArrays")
+        if self.router == "oracle":
+            if future is None:
+                raise ValueError("the oracle upper bound needs the step's true future (scheduler(plan, future=step))")
+            return OracleRouter(plan, future)
+        if self.router == "least-loaded":
+            return LeastLoadedRouter(plan)
+        if self.router == "reactive":
+            return ReactiveMLFQRouter(plan)
+        if self.router == "length-predictor":
+            return LengthPredictorRouter(plan, self._model_for(plan), sigma=self.lp_sigma, seed=self.seed)
+        cls = NoMigrationScheduler if self.router == "no-migration" else CMLFQScheduler
+        return cls(plan, self._model_for(plan), ev=self._ev, table=self.planner.table)
+
+    def pool(self, plan: Plan) -> PoolPolicy | None:
+        """The elastic pool for the step, or None (fixed split)."""
+        if not self.elastic:
+            return None
+        return ElasticPool(plan, ev=self._ev, join=self.join)
+
+
+def _factory(name: str, router: str, elastic: bool, max_buckets: int = 3) -> Callable[..., LibraPolicy]:
+    def make(cluster: ClusterSpec, **opts: Any) -> LibraPolicy:
+        return LibraPolicy(cluster, name, router, elastic, max_buckets, **opts)
+
+    make.__doc__ = f"Policy {name!r}: router {router}, elastic pool {'on' if elastic else 'off'}."
+    return make
+
+
+POLICIES: dict[str, Callable[..., LibraPolicy]] = {
+    "libra": _factory("libra", "cmlfq", True),
+    "libra-homogeneous": _factory("libra-homogeneous", "least-loaded", False, max_buckets=1),
+    "libra-hetero": _factory("libra-hetero", "reactive", False),
+    "libra-cmlfq": _factory("libra-cmlfq", "cmlfq", False),
+    "no-migration": _factory("no-migration", "no-migration", True),
+    "reactive-mlfq": _factory("reactive-mlfq", "reactive", True),
+    "length-predictor": _factory("length-predictor", "length-predictor", True),
+    "oracle": _factory("oracle", "oracle", True),
+}

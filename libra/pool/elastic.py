@@ -1,0 +1,101 @@
+"""The elastic hybrid pool: idle rollout instances lend their GPUs to training during the tail.
+
+Called by the backend whenever rollout load changes. An instance is lent (``RoleChange``) when
+
+1. it has nothing to run (no running or queued sequence) and has been empty for ``grace_s``
+   (a trajectory back from a tool may still land on it);
+2. it is not the last un-lent instance of its bucket while trajectories remain unfinished (a
+   trajectory promoted into that bucket needs somewhere to run);
+3. training can use it now: training is running (asynchronous mode: the previous step's update;
+   synchronous streaming: completed groups' mini-batches) or the plan is asynchronous;
+4. the move pays: the expected remaining rollout time ``R`` exceeds the round trip of role
+   changes (``role_change_s`` to training now, back to rollout for the next step) by
+   ``payoff_factor``. ``R`` is the plan's predicted rollout makespan minus the time elapsed,
+   at least ``min_tail_s`` while trajectories are unfinished; a plan running over its prediction
+   has little time left by this estimate and so lends less, the conservative direction.
+
+Joining is ``nonblocking`` by default (the worker loads its shard in the background and joins at
+the next gradient-accumulation boundary: no training stall; see ``consistency``), or ``sync``
+(training pauses for the re-shard), the variant the paper measured as a ~150 s spike.
+The GPUs return to rollout at the next step (the backend pays ``role_change_s`` back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from libra.planner.costs import CostModel, to_strategy
+from libra.planner.plan import Plan
+from libra.pool.base import JoinMode, PoolObservation, RoleChange
+
+
+@dataclass
+class ElasticPool:
+    """Decides role changes for one step's plan (see the module docstring)."""
+
+    plan: Plan
+    ev: CostModel | None = None
+    join: JoinMode = "nonblocking"
+    grace_s: float = 1.0
+    payoff_factor: float = 1.0
+    min_tail_s: float = 0.0
+    lent: set[int] = field(default_factory=set)
+    decisions: list[tuple[float, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._bucket_of = {i.id: i.bucket for i in self.plan.instances}
+        self._tp_of = {i.id: i.tp for i in self.plan.instances}
+        self._rc: dict[int, float] = {}
+
+    def round_trip_s(self, tp: int) -> float:
+        """Role change to training now plus back to rollout later, for an instance of ``tp``."""
+        if tp in self._rc:
+            return self._rc[tp]
+        if self.ev is None:
+            cost = 0.0
+        else:
+            to_train = float(self.ev.role_change_s("train", strategy=to_strategy(self.plan.train)))
+            back = float(self.ev.role_change_s("rollout", rollout_tp=tp))
+            cost = to_train + back
+        self._rc[tp] = cost
+        return cost
+
+    def remaining_rollout_s(self, obs: PoolObservation) -> float:
+        """Expected rollout time left (see rule 4)."""
+        if obs.unfinished_trajectories <= 0:
+            return 0.0
+        elapsed = obs.now_s - obs.step_started_s
+        pred = self.plan.predicted_rollout_s
+        left = pred - elapsed if pred == pred else 0.0  # NaN prediction: nothing to go by
+        return max(left, self.min_tail_s)
+
+    def on_rollout_progress(self, obs: PoolObservation) -> list[RoleChange]:
+        if self.plan.colocated or obs.unfinished_trajectories <= 0:
+            return []
+        if not (obs.training_running or self.plan.mode == "async"):
+            return []
+        remaining = self.remaining_rollout_s(obs)
+        active_per_bucket: dict[int, int] = {}
+        for s in obs.instances:
+            if s.instance not in self.lent:
+                b = self._bucket_of.get(s.instance, 0)
+                active_per_bucket[b] = active_per_bucket.get(b, 0) + 1
+        out: list[RoleChange] = []
+        # idle the longest first: the least likely to be needed again
+        idle = sorted(
+            (s for s in obs.instances if s.instance not in self.lent and s.running == 0 and s.queued == 0 and s.idle_since_s is not None),
+            key=lambda s: (s.idle_since_s, s.instance),
+        )
+        for s in idle:
+            if obs.now_s - s.idle_since_s < self.grace_s:
+                continue
+            b = self._bucket_of.get(s.instance, 0)
+            if active_per_bucket.get(b, 0) <= 1:
+                continue
+            if remaining <= self.payoff_factor * self.round_trip_s(s.tp):
+                continue
+            active_per_bucket[b] -= 1
+            self.lent.add(s.instance)
+            self.decisions.append((obs.now_s, s.instance))
+            out.append(RoleChange(s.instance, self.join))
+        return out

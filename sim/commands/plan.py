@@ -1,0 +1,140 @@
+"""``libra-sim plan``: what Libra's planner would run for one step, and what it predicts.
+
+With ``--trace`` the planner plans step ``--step`` (default: the trace's last step) from the
+steps before it (their statistics, never the planned step's own lengths) and that step's
+prompts. Without a trace it plans from the documented default length prior
+(``libra.planner.stats.default_prior_step``) for ``--prompts`` trajectories. It prints the GPU
+split, the training strategy, the rollout instances (TP, node) and buckets (context bounds), and
+the predicted rollout, training, sync and step times; ``--json`` prints the same as JSON.
+A model that cannot fit says what would (more GPUs, a bigger GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from typing import Any
+
+NAME = "plan"
+HELP = "show the plan Libra's planner picks for a cluster (split, strategies, buckets, predicted times)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``libra-sim plan``."""
+    parser.add_argument("--gpus", type=int, required=True, help="GPUs in the cluster")
+    parser.add_argument("--gpu", default=None, help="GPU kind (a100, a800, h100, h200); default: a800")
+    parser.add_argument("--model", default=None, help="model name or config.json (default: the trace's hint, else qwen3-14b)")
+    parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    parser.add_argument("--trace", default=None, help="plan from this trace's steps (default: the length prior)")
+    parser.add_argument("--step", type=int, default=None, help="step to plan (default: the trace's last); history = steps before it")
+    parser.add_argument("--prompts", type=int, default=512, help="trajectories per step without a trace (default 512)")
+    parser.add_argument("--mode", choices=("sync", "async"), default="sync", help="RL loop mode (default sync)")
+    parser.add_argument("--homogeneous", action="store_true", help="one TP degree, one bucket (the libra-homogeneous planner)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None]:
+    """(history, prompt_tokens, model hint) for the planned step."""
+    import numpy as np
+
+    from libra.errors import UserError
+
+    if args.trace is None:
+        if args.step is not None:
+            raise UserError("--step needs --trace")
+        if args.prompts < 1:
+            raise UserError(f"--prompts must be >= 1, got {args.prompts}")
+        from libra.planner.stats import PRIOR_PROMPT_TOKENS
+
+        return [], np.full(args.prompts, PRIOR_PROMPT_TOKENS, np.int64), None
+    from libra.trace.reader import open_trace
+
+    reader = open_trace(args.trace)
+    hint = reader.header.model if reader.header is not None else None
+    steps = list(reader.steps())
+    if not steps:
+        raise UserError(f"{args.trace}: the trace has no trajectories to plan from")
+    numbers = [s.step for s in steps]
+    target = numbers[-1] if args.step is None else args.step
+    if target not in numbers:
+        raise UserError(f"--step {target}: not in {args.trace} (steps {numbers[0]}..{numbers[-1]})")
+    k = numbers.index(target)
+    return steps[:k], steps[k].prompt_tokens, hint
+
+
+def _model_name(hint: str | None) -> str:
+    """The trace's model hint as a catalog name when it is one (e.g. 'Qwen3-14B' -> 'qwen3-14b')."""
+    if not hint:
+        return "qwen3-14b"
+    return hint.lower()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Plan and print."""
+    from libra.cluster import ClusterSpec
+    from libra.errors import UserError
+    from libra.planner.search import Planner, SearchOptions
+
+    if args.gpus < 2:
+        raise UserError(f"--gpus must be >= 2 (rollout and training each need a GPU), got {args.gpus}")
+    history, prompts, hint = _load(args)
+    cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node)
+    opts = SearchOptions(mode=args.mode, max_staleness=1 if args.mode == "async" else 0, max_buckets=1 if args.homogeneous else 3)
+    planner = Planner(cluster, options=opts)
+    res = planner.search(history, prompts)
+    plan = planner.to_plan(res)
+    doc = _as_dict(cluster, plan, len(history), len(prompts))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _print(doc)
+    return 0
+
+
+def _as_dict(cluster: Any, plan: Any, n_history: int, n_prompts: int) -> dict[str, Any]:
+    t = plan.train
+    return {
+        "cluster": {"gpus": cluster.n_gpus, "gpu": cluster.gpu, "model": cluster.model, "gpus_per_node": cluster.gpus_per_node},
+        "planned_from": "length prior" if plan.notes.get("from_prior") else f"{n_history} completed step(s)",
+        "trajectories": n_prompts,
+        "mode": plan.mode,
+        "max_staleness": plan.max_staleness,
+        "split": {"rollout_gpus": plan.n_rollout_gpus, "train_gpus": plan.n_train_gpus},
+        "train": {"tp": t.tp, "pp": t.pp, "dp": t.dp, "ep": t.ep, "zero_stage": t.zero_stage, "micro_batch": t.micro_batch, "recompute": t.recompute},
+        "buckets": [
+            {"index": b.index, "tp": b.tp, "min_context": b.min_context, "max_context": b.max_context,
+             "instances": len(plan.instances_in(b.index)), "predicted_s": plan.notes["bucket_times_s"][b.index]}
+            for b in plan.buckets
+        ],
+        "instances": [{"id": i.id, "tp": i.tp, "bucket": i.bucket, "node": i.node, "first_gpu": i.first_gpu} for i in plan.instances],
+        "predicted": {
+            "rollout_s": plan.predicted_rollout_s,
+            "rollout_load_s": plan.notes["rollout_load_s"],
+            "rollout_critical_path_s": plan.notes["rollout_critical_path_s"],
+            "train_s": plan.predicted_train_s,
+            "sync_s": plan.notes["sync_s"],
+            "step_s": plan.predicted_step_s,
+        },
+        "candidates_searched": plan.notes["candidates"],
+    }
+
+
+def _print(d: dict[str, Any]) -> None:
+    c, p, t = d["cluster"], d["predicted"], d["train"]
+    print(f"{c['model']} on {c['gpus']} x {c['gpu']} ({c['gpus_per_node']}/node), {d['trajectories']} trajectories, "
+          f"{d['mode']} mode; planned from {d['planned_from']}")
+    print(f"split: {d['split']['rollout_gpus']} rollout GPUs, {d['split']['train_gpus']} training GPUs")
+    print(f"train: TP {t['tp']} x PP {t['pp']} x DP {t['dp']}" + (f", EP {t['ep']}" if t["ep"] > 1 else "")
+          + f", ZeRO-{t['zero_stage']}, micro-batch {t['micro_batch']}" + (", recompute" if t["recompute"] else ""))
+    print("buckets:")
+    for b in d["buckets"]:
+        hi = "inf" if b["max_context"] is None else f"{b['max_context']:,}"
+        print(f"  {b['index']}: context [{b['min_context']:,}, {hi}) on {b['instances']} x TP{b['tp']} instance(s), predicted {b['predicted_s']:.1f} s")
+    per_node: dict[int, Counter[int]] = {}
+    for i in d["instances"]:
+        per_node.setdefault(i["node"], Counter())[i["tp"]] += 1
+    print("instances by node: " + "; ".join(
+        f"node {n}: " + ", ".join(f"{k} x TP{tp}" for tp, k in sorted(cnt.items())) for n, cnt in sorted(per_node.items())))
+    print(f"predicted: rollout {p['rollout_s']:.1f} s (load {p['rollout_load_s']:.1f}, tail critical path "
+          f"{p['rollout_critical_path_s']:.1f}), train {p['train_s']:.1f} s, sync {p['sync_s']:.2f} s, step {p['step_s']:.1f} s")

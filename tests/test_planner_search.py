@@ -1,0 +1,190 @@
+"""The hierarchical search against brute force, node packing, memoization, transitions, replanning."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from test_planner_workload import make_history, make_step
+
+from cost_models import CostEvaluator
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.planner.decision_tree import enumerate_strategies, training_time_fn
+from libra.planner.packing import fits, node_capacities, pack
+from libra.planner.search import Planner, Replanner, SearchOptions, step_time
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture(scope="module")
+def ev() -> CostEvaluator:
+    return CostEvaluator(gpu="a800", model="qwen3-8b")
+
+
+def _exhaustive_fits(caps: list[int], sizes: list[int]) -> bool:
+    """Independent exact packing check: try every node for every item (small cases only)."""
+    sizes = sorted(sizes, reverse=True)
+
+    def rec(i: int, free: tuple[int, ...]) -> bool:
+        if i == len(sizes):
+            return True
+        seen = set()
+        for n, f in enumerate(free):
+            if f >= sizes[i] and f not in seen:
+                seen.add(f)
+                if rec(i + 1, free[:n] + (f - sizes[i],) + free[n + 1 :]):
+                    return True
+        return False
+
+    return rec(0, tuple(caps))
+
+
+def test_packing_is_exact_for_divisible_tp_degrees() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n_gpus = int(rng.integers(1, 30))
+        sizes = [int(x) for x in rng.choice([1, 2, 4, 8], size=int(rng.integers(1, 8)))]
+        caps = node_capacities(n_gpus, 8)
+        assert fits(n_gpus, 8, sizes) == _exhaustive_fits(caps, sizes), (n_gpus, sizes)
+        where = pack(caps, sizes)
+        if where is not None:  # a TP group never crosses a node, never overlaps another
+            used: dict[int, set[int]] = {}
+            for (node, first), s in zip(where, sizes):
+                gpus = set(range(first, first + s))
+                assert first + s <= caps[node]
+                assert not gpus & used.setdefault(node, set())
+                used[node] |= gpus
+
+
+def _brute_force_rollout(dp, G: int, gpn: int) -> float:  # type: ignore[no-untyped-def]
+    """min over layouts and EVERY count vector that packs on G GPUs of the predicted makespan."""
+    best = float("inf")
+    for layout in dp.layouts():
+        if not dp.feasible(layout):
+            continue
+        raw = [dp.bucket_times(layout, b, np.arange(1, G // t + 1, dtype=float)) for b, t in enumerate(layout.tps)]
+        crit = dp.critical_path(layout)
+        ranges = [range(1, G // t + 1) for t in layout.tps]
+        for counts in itertools.product(*ranges):
+            if sum(t * m for t, m in zip(layout.tps, counts)) > G:
+                continue
+            if not fits(G, gpn, [t for t, m in zip(layout.tps, counts) for _ in range(m)]):
+                continue
+            load = max(float(raw[b][m - 1]) for b, m in enumerate(counts))
+            best = min(best, max(load, crit))
+    return best
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_search_equals_brute_force(ev: CostEvaluator, mode: str) -> None:
+    """12 GPUs on 8-GPU nodes (a partial node for most splits), 2 buckets: the search's choice is
+    the brute-force optimum of the same objective, split by split and overall."""
+    cluster = ClusterSpec(12, "a800", "qwen3-8b", gpus_per_node=8)
+    planner = Planner(cluster, ev, SearchOptions(mode=mode, max_buckets=2))
+    hist = make_history(2, n=48, median=3000, error_long=True)
+    res = planner.search(hist, hist[-1].prompt_tokens)
+    dp = planner.rollout_dp(res.stats)
+    tokens, seq, seq_max = planner.train_shape(res.stats)
+    by_split = {c.n_train: c for c in res.candidates}
+    brute_best = float("inf")
+    for n_train in range(1, 12):
+        full = enumerate_strategies(ev, n_train, max(1, tokens // seq), seq_max, 8, training_time_fn(ev, tokens, seq), dominance=False, bound=False)
+        if not full.ranked:
+            assert n_train not in by_split
+            continue
+        bf_train = min(t for t, _ in full.ranked)
+        bf_roll = _brute_force_rollout(dp, 12 - n_train, 8)
+        c = by_split.get(n_train)
+        if c is not None:  # visited (not cut by the bound): its parts are the brute-force optima
+            assert c.train_s == pytest.approx(bf_train, rel=1e-12)
+            assert c.rollout.makespan_s == pytest.approx(bf_roll, rel=1e-12)
+            sync = c.sync_s
+        else:  # cut by the bound: provably no better, whatever its sync time
+            sync = 0.0
+        brute_best = min(brute_best, step_time(mode, bf_roll, bf_train, sync))
+    assert res.best.step_s == pytest.approx(brute_best, rel=1e-12)
+    assert len(res.candidates) + res.skipped >= 1
+
+
+def test_plan_respects_node_boundaries(ev: CostEvaluator) -> None:
+    cluster = ClusterSpec(20, "a800", "qwen3-8b", gpus_per_node=8)
+    planner = Planner(cluster, ev)
+    hist = make_history(2, n=64, median=6000)
+    for G in range(1, 20):
+        choice = planner.rollout_dp(planner.search(hist, hist[-1].prompt_tokens).stats).best(G)
+        if choice is None:
+            continue
+        caps = node_capacities(G, 8)
+        used: dict[int, set[int]] = {}
+        for inst in choice.instances:
+            gpus = set(range(inst.first_gpu, inst.first_gpu + inst.tp))
+            assert inst.first_gpu + inst.tp <= caps[inst.node], (G, inst)
+            assert not gpus & used.setdefault(inst.node, set())
+            used[inst.node] |= gpus
+            assert inst.tp == choice.buckets[inst.bucket].tp
+        assert sum(i.tp for i in choice.instances) <= G
+        # every bucket has an instance; bounds ascend; the last is open
+        assert {i.bucket for i in choice.instances} == set(range(len(choice.buckets)))
+        assert choice.buckets[-1].max_context is None
+        assert all(a.max_context == b.min_context for a, b in zip(choice.buckets, choice.buckets[1:]))
+
+
+def test_memoization_across_outer_loop_and_steps(ev: CostEvaluator) -> None:
+    cluster = ClusterSpec(64, "a800", "qwen3-8b")
+    planner = Planner(cluster, ev)
+    hist = make_history(3, n=64)
+    r1 = planner.search(hist, hist[-1].prompt_tokens)
+    assert r1.dp_misses >= len(r1.candidates) and r1.dp_hits == 0
+    misses = planner.tree.misses
+    r2 = planner.search(hist, hist[-1].prompt_tokens)  # same statistics digest: all memo hits
+    assert r2.dp_misses == 0 and r2.dp_hits >= len(r2.candidates) > 0
+    assert planner.tree.misses == misses and planner.tree.hits >= len(r2.candidates)
+    assert r2.best.step_s == r1.best.step_s
+    # new statistics: a new DP (misses again)
+    r3 = planner.search(hist + [make_step(step=3, n=64, median=9000)], np.full(64, 500))
+    assert r3.dp_misses > 0
+
+
+def test_transition_is_charged_to_a_different_plan(ev: CostEvaluator) -> None:
+    cluster = ClusterSpec(16, "a800", "qwen3-8b")
+    planner = Planner(cluster, ev)
+    hist = make_history(2, n=64)
+    first = planner.plan(hist, hist[-1].prompt_tokens)
+    res = planner.search(hist, hist[-1].prompt_tokens, current=first)
+    same = [c for c in res.candidates if c.n_train == first.n_train_gpus]
+    assert same and same[0].transition_s == 0.0
+    others = [c for c in res.candidates if c.n_train != first.n_train_gpus]
+    assert others and all(c.transition_s > 0 for c in others)
+    assert all(c.step_s == pytest.approx(step_time("sync", c.rollout.makespan_s, c.train_s, c.sync_s) + c.transition_s) for c in res.candidates)
+    # a plan much worse than the best: moving away from it is still chosen when it pays
+    worst = max(res.candidates, key=lambda c: c.step_s)
+    fake = replace(first, n_train_gpus=worst.n_train, train=worst.train, instances=worst.rollout.instances)
+    assert planner.search(hist, hist[-1].prompt_tokens, current=fake).best.n_train != worst.n_train or worst.step_s == res.best.step_s
+
+
+def test_replanner_drift_policy(ev: CostEvaluator) -> None:
+    cluster = ClusterSpec(16, "a800", "qwen3-8b")
+    rp = Replanner(Planner(cluster, ev), policy="drift", threshold=0.15)
+    hist = make_history(2, n=64)
+    p1 = rp.plan(hist, hist[-1].prompt_tokens)
+    p2 = rp.plan(hist + [make_step(step=2, n=64, seed=5)], np.full(64, 500))  # same distribution
+    assert p2.notes["replanned"] is False and p2.n_train_gpus == p1.n_train_gpus
+    drifted = [make_step(step=s, n=64, median=16000) for s in range(3, 6)]
+    p3 = rp.plan(hist + drifted, np.full(64, 500))
+    assert p3.notes["replanned"] is True and rp.replans == 2
+
+
+def test_homogeneous_option_gives_one_tp(ev: CostEvaluator) -> None:
+    planner = Planner(ClusterSpec(24, "a800", "qwen3-8b"), ev, SearchOptions(max_buckets=1))
+    hist = make_history(2, n=64)
+    plan = planner.plan(hist, hist[-1].prompt_tokens)
+    assert len(plan.buckets) == 1 and len({i.tp for i in plan.instances}) == 1
+
+
+def test_model_that_cannot_fit_says_what_would() -> None:
+    planner = Planner(ClusterSpec(2, "a800", "qwen3-32b"))
+    with pytest.raises(UserError, match="GPU"):
+        planner.plan([], np.full(16, 1000))

@@ -1,0 +1,99 @@
+"""Synthetic steps for the policy-core tests, and tests of the planner's step statistics.
+
+``make_step`` builds a seeded SWE-like step: lognormal final lengths, a tool call per ~1K
+tokens, and (optionally) trajectories that hit a tool *error* early and then run long, so the
+causal router has a signal to learn.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from libra.planner.stats import compute_stats, default_prior_step
+from libra.trace.columnar import StepArrays
+from libra.trace.records import Trajectory, Turn
+
+
+def make_step(
+    step: int = 0,
+    n: int = 64,
+    median: float = 4000.0,
+    sigma: float = 0.7,
+    seed: int = 0,
+    error_long: bool = False,
+    prompt: int = 500,
+    tool_latency: float = 2.0,
+) -> StepArrays:
+    """A seeded synthetic step. With ``error_long`` a quarter of the trajectories see an ``error``
+    on their first tool call and are 4x longer than the rest."""
+    rng = np.random.default_rng(seed * 1000 + step)
+    trajs = []
+    for i in range(n):
+        long_err = error_long and i % 4 == 0
+        final = float(np.exp(np.log(median) + sigma * rng.standard_normal()))
+        final *= 4.0 if long_err else 1.0
+        final = min(final, 60000.0)
+        body = max(int(final) - prompt, 40)
+        k = max(2, int(body // 1000))
+        per = body // k
+        turns = []
+        for t in range(k):
+            last = t == k - 1
+            gen = per if last else per // 2
+            outcome = None if last else ("error" if (long_err and t == 0) else "ok")
+            turns.append(Turn(gen_tokens=gen, tool=None if last else "bash", tool_latency_s=None if last else tool_latency,
+                              tool_tokens=0 if last else per - gen, outcome=outcome))
+        trajs.append(Trajectory(id=f"s{step}-t{i}", step=step, prompt_tokens=prompt, turns=tuple(turns), group=f"g{i // 8}"))
+    return StepArrays.from_trajectories(step, trajs)
+
+
+def make_history(k: int = 3, **kw: object) -> list[StepArrays]:
+    return [make_step(step=s, **kw) for s in range(k)]  # type: ignore[arg-type]
+
+
+def test_stats_conserve_tokens() -> None:
+    """Per-cell decode and prefill tokens add up to the history's per-trajectory totals,
+    rescaled to the upcoming step's trajectory count."""
+    hist = make_history(2, n=40)
+    prompts = np.full(80, 500)
+    st = compute_stats(hist, prompts)
+    gen = sum(int(s.gen_tokens.sum()) for s in hist) / sum(s.n for s in hist) * 80
+    assert st.decode_tokens.sum() == pytest.approx(gen)
+    tool = sum(int(s.tool_tokens.sum()) for s in hist) / sum(s.n for s in hist) * 80
+    assert st.prefill_tokens.sum() == pytest.approx(tool + 80 * 500)
+    assert st.n_trajectories == 80
+    # every trajectory reaches the first cells it passes through; reach never exceeds the count
+    assert st.reach.max() <= 80 + 1e-9
+    # the tail trajectory is one of the longest
+    assert st.tail_context >= np.quantile(st.final_context, 0.9)
+
+
+def test_stats_context_sums_match_direct_count() -> None:
+    """decode_ctx_sum equals the sum over every generated token of its context position."""
+    s = make_step(n=5, seed=3)
+    st = compute_stats([s], s.prompt_tokens)
+    direct = 0.0
+    for i in range(s.n):
+        ctx = int(s.prompt_tokens[i])
+        for t in range(int(s.turn_offsets[i]), int(s.turn_offsets[i + 1])):
+            g = int(s.gen_tokens[t])
+            direct += sum(range(ctx, ctx + g))
+            ctx += g + int(s.tool_tokens[t])
+    assert st.decode_ctx_sum.sum() == pytest.approx(direct)
+
+
+def test_prior_is_deterministic_and_flagged() -> None:
+    a, b = default_prior_step(64), default_prior_step(64)
+    assert np.array_equal(a.total_tokens, b.total_tokens)
+    st = compute_stats([], np.full(64, 1024))
+    assert st.from_prior
+    assert st.digest == compute_stats([], np.full(64, 1024)).digest
+
+
+def test_drift_grows_with_length_shift() -> None:
+    base = compute_stats([make_step(n=64, median=4000)], None)
+    same = compute_stats([make_step(n=64, median=4000, seed=1)], None)
+    longer = compute_stats([make_step(n=64, median=8000)], None)
+    assert same.drift(base) < longer.drift(base)
+    assert longer.drift(base) == pytest.approx(np.log(2), abs=0.15)
