@@ -153,3 +153,10 @@ def test_unknown_workload_is_a_user_error():
 def test_more_prompts_per_step_than_the_dataset_still_gives_distinct_prompts():
     sa = next(generate_steps("swe", 1, 4096 * 2, 2, 0, dataset_prompts=16))
     assert len(set(sa.groups)) == 4096
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_model_hint_is_a_cost_model_catalog_model(workload):
+    from cost_models.models import get_model
+
+    assert get_model(WORKLOADS[workload].model_hint).name

@@ -25,7 +25,7 @@ class MathParams(WorkloadParams):
 
     workload: ClassVar[str] = "math"
     tool_name: ClassVar[str] = "python"
-    model_hint: ClassVar[str] = "Qwen2.5-32B-Instruct"
+    model_hint: ClassVar[str] = "Qwen3-32B"  # workloads.md:9-10 (the paper's AIME experiment)
     description: ClassVar[str] = "ReTool/ToRA-like math with a code interpreter"
 
     max_context: int = param(16384, "ReTool max response (not in workloads.md)")

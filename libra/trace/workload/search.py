@@ -19,7 +19,7 @@ class SearchParams(WorkloadParams):
 
     workload: ClassVar[str] = "search"
     tool_name: ClassVar[str] = "search"
-    model_hint: ClassVar[str] = "Qwen2.5-7B"
+    model_hint: ClassVar[str] = "Qwen3-8B"  # in the cost-model catalog; Search-R1 trained 3B-7B models
     description: ClassVar[str] = "Search-R1-like agent, retrieval tool"
 
     max_context: int = param(4096, "Search-R1 max_prompt_length (not in workloads.md)")
