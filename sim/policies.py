@@ -1,9 +1,11 @@
 """Every policy ``libra-sim replay --policy`` knows: the simulator's baselines and the policy
 core's (``libra.policies.POLICIES``: Libra and its ablations), by name.
 
-Factories have one shape, ``(cluster: ClusterSpec, **opts) -> Policy``. Options a factory does
-not take are dropped for it (unless it accepts ``**opts``), so the CLI can pass one option set
-to every policy in ``--compare``.
+Factories have one shape, ``(cluster: ClusterSpec, **opts) -> Policy``. ``resolve`` takes the
+simulator's option names (``costs``, ``seed``, ``kl``, ``staleness``, ``mode``, ``trace_steps``
+and the baseline pins) and hands each factory the ones it understands: the core policies get
+``ev`` (the shared evaluator), ``seed``, ``kl``, ``max_staleness`` and ``mode``; the pins
+(``split``, ``rollout_tp``...) configure the baselines only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from libra.policy import Policy
 from sim.baselines import BASELINES
 
 Factory = Callable[..., Policy]
+
+
+#: Options only the baselines take (fixed-configuration pins).
+PIN_OPTIONS = ("split", "rollout_tp", "train_tp", "train_pp", "train_ep", "micro_batch")
 
 
 def _core() -> dict[str, Factory]:
@@ -56,9 +62,32 @@ def _accepted(fn: Factory, opts: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in opts.items() if k in params}
 
 
+def _core_opts(opts: dict[str, Any]) -> dict[str, Any]:
+    """The simulator's options in the policy core's names (see the module docstring)."""
+    out: dict[str, Any] = {}
+    if opts.get("costs") is not None:
+        out["ev"] = opts["costs"].ev
+    for k in ("seed", "kl"):
+        if opts.get(k) is not None:
+            out[k] = opts[k]
+    if opts.get("staleness") is not None:
+        out["max_staleness"] = opts["staleness"]
+    if opts.get("mode") is not None:
+        out["mode"] = opts["mode"]
+    try:
+        from libra.policies import OPTIONS  # type: ignore[import-not-found]
+
+        out = {k: v for k, v in out.items() if k in OPTIONS}
+    except ImportError:
+        pass
+    return out
+
+
 def resolve(name: str, cluster: ClusterSpec, **opts: Any) -> Policy:
     """The policy ``name`` built for ``cluster`` (``UserError`` listing the names if unknown)."""
     f = factories()
     if name not in f:
         raise UserError(f"unknown policy {name!r}; known: {', '.join(f)}")
-    return f[name](cluster, **_accepted(f[name], opts))
+    if name in BASELINES and f[name] is BASELINES[name]:
+        return f[name](cluster, **_accepted(f[name], opts))
+    return f[name](cluster, **_core_opts(opts))

@@ -1,0 +1,191 @@
+"""``libra-sim replay``: replay a trace on a simulated cluster under one policy or all of them."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from libra.errors import UserError
+
+NAME = "replay"
+HELP = "replay a trace on a simulated GPU cluster under a resource policy (or --compare all)"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("trace", metavar="TRACE", help="trace file (.jsonl or .jsonl.gz, TRACE_FORMAT v1)")
+    p.add_argument("--gpus", type=_positive_int, default=48, help="GPUs in the cluster (default 48)")
+    p.add_argument("--gpus-per-node", type=_positive_int, default=8, help="GPUs per node (default 8)")
+    p.add_argument("--gpu", default=None, help="GPU catalog name (default: the trace header's hint, else a800)")
+    p.add_argument("--model", default=None, help="model catalog name or config.json (default: the trace header's hint)")
+    p.add_argument("--policy", default=None, help="policy name (default: libra if available, else verl-static-uniform)")
+    p.add_argument("--compare", action="store_true", help="replay every known policy on the same trace")
+    p.add_argument("--policies", default=None, help="with --compare: a comma-separated subset")
+    p.add_argument("--seed", type=int, default=0, help="seed of the ground-truth noise and tool-latency draws")
+    p.add_argument("--noise", type=float, default=0.03, help="sigma of the lognormal ground-truth noise (default 0.03; 0 = none)")
+    p.add_argument("--mode", choices=("sync", "async"), default=None, help="RL loop mode (default: the policy's)")
+    p.add_argument("--staleness", type=int, default=1, help="async mode: bounded staleness K (default 1)")
+    p.add_argument("--kl", type=float, default=0.0, metavar="COEF", help="KL coefficient; > 0 adds the reference model's forward pass")
+    p.add_argument("--tool-kv", choices=("keep", "release"), default="keep", help="KV of a trajectory during a tool call (default keep)")
+    p.add_argument("--mini-batches", type=_positive_int, default=4, help="optimizer steps per RL step (gradient-accumulation boundaries)")
+    p.add_argument("--steps", default=None, metavar="A:B", help="replay trace steps A..B-1 only")
+    p.add_argument("--lenient", action="store_true", help="skip invalid trace lines (reported) instead of failing")
+    p.add_argument("--fail-gpu", action="append", default=[], metavar="STEP:SECONDS:GPU", help="take GPU away SECONDS into STEP's rollout (repeatable)")
+    p.add_argument("--split", default=None, metavar="ROLLOUT:TRAIN", help="pin the GPU split (baselines)")
+    p.add_argument("--rollout-tp", type=_positive_int, default=None, help="pin the rollout TP (baselines)")
+    p.add_argument("--train-tp", type=_positive_int, default=None, help="pin the training TP")
+    p.add_argument("--train-pp", type=_positive_int, default=None, help="pin the training PP")
+    p.add_argument("--train-ep", type=_positive_int, default=None, help="pin the training EP (MoE)")
+    p.add_argument("--micro-batch", type=_positive_int, default=None, help="pin the training micro-batch")
+    p.add_argument("--gantt-step", type=int, default=None, help="trace step for the instance Gantt (default: the first replayed)")
+    p.add_argument("--out", default=None, metavar="DIR", help="write steps.csv and PNG plots here")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the run summary as JSON")
+    p.add_argument("--per-step", action="store_true", help="also print a per-step table for each policy")
+
+
+def _parse_split(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        a, b = text.split(":")
+        return int(a), int(b)
+    except ValueError:
+        raise UserError(f"--split {text!r}: expected ROLLOUT:TRAIN GPU counts, e.g. 24:24") from None
+
+
+def _parse_faults(items: list[str]) -> tuple[Any, ...]:
+    from sim.loop import Fault
+
+    out = []
+    for it in items:
+        parts = it.split(":")
+        try:
+            if len(parts) != 3:
+                raise ValueError
+            out.append(Fault(int(parts[0]), float(parts[1]), int(parts[2])))
+        except ValueError:
+            raise UserError(f"--fail-gpu {it!r}: expected STEP:SECONDS:GPU, e.g. 3:120:5") from None
+        if out[-1].at_s < 0:
+            raise UserError(f"--fail-gpu {it!r}: SECONDS must be >= 0")
+    return tuple(out)
+
+
+def _model_name(arg: str | None, hint: str | None) -> str:
+    from cost_models import MODELS, get_model
+    from cost_models.errors import CostModelError
+
+    name = arg or hint
+    if not name:
+        raise UserError(f"the trace header names no model; pass --model (known: {', '.join(sorted(MODELS))})")
+    for cand in (name, name.lower()):
+        try:
+            get_model(cand)
+            return cand
+        except (CostModelError, OSError, ValueError):
+            continue
+    src = "--model" if arg else "the trace header's model hint"
+    raise UserError(f"{src} {name!r} is not a catalog model or config.json; known: {', '.join(sorted(MODELS))}")
+
+
+class _Progress:
+    """A rich progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self) -> None:
+        self.bar = None
+        if sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+
+    def __enter__(self) -> _Progress:
+        if self.bar:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar:
+            self.bar.__exit__(*exc)  # type: ignore[arg-type]
+
+    def task(self, name: str, total: int) -> Any:
+        if not self.bar:
+            return None
+        tid = self.bar.add_task(name, total=total)
+        return lambda done, tot: self.bar.update(tid, completed=done)  # type: ignore[union-attr]
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from rich.console import Console
+
+    from libra.cluster import ClusterSpec
+    from sim import report
+    from sim.costs import load_costs
+    from sim.loop import SimConfig
+    from sim.policies import policy_names
+    from sim.replay import load_steps, replay_policy
+
+    if args.staleness < 0:
+        raise UserError("--staleness must be >= 0")
+    if not (args.noise >= 0):
+        raise UserError("--noise must be >= 0")
+    if args.kl < 0:
+        raise UserError("--kl must be >= 0")
+    steps, header = load_steps(args.trace, args.steps, args.lenient)
+    meta = getattr(header, "metadata", {}) or {}
+    gpu = args.gpu or meta.get("gpu") or "a800"
+    model = _model_name(args.model, getattr(header, "model", None))
+    cluster = ClusterSpec(args.gpus, gpu, model, args.gpus_per_node)
+    costs = load_costs(gpu, model, args.gpus_per_node)
+    names = policy_names()
+    if args.compare:
+        chosen = [n.strip() for n in args.policies.split(",")] if args.policies else list(names)
+        for n in chosen:
+            if n not in names:
+                raise UserError(f"--policies: unknown policy {n!r}; known: {', '.join(names)}")
+    else:
+        chosen = [args.policy or ("libra" if "libra" in names else "verl-static-uniform")]
+        if chosen[0] not in names:
+            raise UserError(f"--policy {chosen[0]!r} is unknown; known: {', '.join(names)}")
+    gantt = args.gantt_step if args.gantt_step is not None else (steps[0].step if args.out else None)
+    config = SimConfig(
+        mode=args.mode, staleness=args.staleness, kl=args.kl, kv_mode=args.tool_kv, seed=args.seed,
+        noise_sigma=args.noise, mini_batches=args.mini_batches, faults=_parse_faults(args.fail_gpu), gantt_step=gantt,
+    )
+    pins = dict(split=_parse_split(args.split), rollout_tp=args.rollout_tp, train_tp=args.train_tp, train_pp=args.train_pp,
+                train_ep=args.train_ep, micro_batch=args.micro_batch)
+    pins = {k: v for k, v in pins.items() if v is not None}
+    results = []
+    with _Progress() as prog:
+        for name in chosen:
+            cb = prog.task(name, len(steps))
+            results.append(replay_policy(steps, name, cluster, config, costs=costs, progress=cb, **pins))
+    console = Console() if sys.stdout.isatty() else Console(width=200)
+    n_traj = sum(s.n for s in steps)
+    title = f"{os.path.basename(args.trace)}: {len(steps)} steps, {n_traj} trajectories, {args.gpus} x {gpu}, {model}, seed {args.seed}"
+    console.print(report.summary_table(results, title))
+    if args.per_step or len(results) == 1:
+        for r in results:
+            console.print(report.steps_table(r))
+    for r in results:
+        if r.notes.get("chosen_by"):
+            console.print(f"[dim]{r.policy}: split {r.notes.get('split')}, rollout TP {r.notes.get('rollout_tp')}, chosen by {r.notes['chosen_by']}[/dim]")
+    if args.json:
+        report.write_json(args.json, report.json_summary(results, args.trace, args.gpus, gpu, model))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        report.write_csv(os.path.join(args.out, "steps.csv"), results)
+        paths = report.write_plots(args.out, results)
+        console.print(f"wrote {os.path.join(args.out, 'steps.csv')} and {', '.join(os.path.basename(p) for p in paths)}")
+    return 0

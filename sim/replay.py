@@ -1,0 +1,85 @@
+"""The replay API: a trace, a cluster and policy names in, ``RunResult``s out.
+
+``libra-sim replay`` is a thin shell over this; experiments and notebooks call it directly::
+
+    from sim.replay import load_steps, replay_policy
+    steps = load_steps("traces/swe-qwen3-14b.jsonl.gz")
+    res = replay_policy(steps, "verl-static-uniform", ClusterSpec(48, "a800", "qwen3-14b"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.trace.columnar import StepArrays
+from sim.costs import SimCosts, load_costs
+from sim.loop import SimConfig, Simulator
+from sim.metrics import RunResult
+from sim.policies import resolve
+
+
+def parse_step_range(text: str | None) -> tuple[int | None, int | None]:
+    """``A:B`` (trace step numbers, B exclusive; either side may be empty) -> (A, B)."""
+    if not text:
+        return None, None
+    if ":" not in text:
+        raise UserError(f"--steps {text!r}: expected A:B (e.g. 0:5, 3:, :10)")
+    a, b = text.split(":", 1)
+    try:
+        lo = int(a) if a.strip() else None
+        hi = int(b) if b.strip() else None
+    except ValueError:
+        raise UserError(f"--steps {text!r}: A and B must be integers (e.g. 0:5)") from None
+    if lo is not None and hi is not None and hi <= lo:
+        raise UserError(f"--steps {text!r}: B must be greater than A")
+    return lo, hi
+
+
+def load_steps(path: str, step_range: str | None = None, lenient: bool = False) -> tuple[list[StepArrays], Any]:
+    """The trace's steps within ``step_range`` (``A:B``) and its header."""
+    from libra.trace.reader import open_trace
+
+    lo, hi = parse_step_range(step_range)
+    reader = open_trace(path, lenient=lenient)
+    steps = [s for s in reader.steps() if (lo is None or s.step >= lo) and (hi is None or s.step < hi)]
+    if not steps:
+        raise UserError(f"{path}: no trajectories" + (f" in steps {step_range}" if step_range else ""))
+    return steps, reader.header
+
+
+def replay_policy(
+    steps: Sequence[StepArrays],
+    policy: str,
+    cluster: ClusterSpec,
+    config: SimConfig | None = None,
+    costs: SimCosts | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    **opts: Any,
+) -> RunResult:
+    """Replay ``steps`` under the policy named ``policy``. ``opts`` go to the policy factory
+    (pins such as ``split=(24, 24)``, ``rollout_tp``...); ``seed``, ``kl`` and ``staleness`` are
+    passed to it from ``config`` too."""
+    config = config or SimConfig()
+    costs = costs or load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node)
+    pol = resolve(policy, cluster, costs=costs, seed=config.seed, kl=config.kl, staleness=config.staleness,
+                  mode=config.mode, trace_steps=list(steps), **opts)
+    sim = Simulator(steps, pol, cluster, costs, config)
+    res = sim.run(progress)
+    first = res.steps[0] if res.steps else None
+    plan_notes = getattr(pol, "_plan", None)
+    if plan_notes is not None:
+        res.notes.update({k: v for k, v in plan_notes.notes.items() if isinstance(v, (str, int, float))})
+        res.notes["colocated"] = plan_notes.colocated
+    if first is not None:
+        res.notes.setdefault("rollout_tps", first.rollout_tps)
+    res.notes["sees_future"] = bool(getattr(pol, "sees_future", False))
+    return res
+
+
+def with_gantt(config: SimConfig, step: int) -> SimConfig:
+    """``config`` recording the instance Gantt of trace step ``step``."""
+    return replace(config, gantt_step=step)

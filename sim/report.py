@@ -1,0 +1,175 @@
+"""Replay results out: the terminal table, CSV, the ``--json`` summary and the plots.
+
+Plots use matplotlib's Agg backend, imported only when ``--out`` asks for them, so a plain
+replay never pays for matplotlib.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from sim.metrics import RunResult
+
+
+def _fmt(x: float, digits: int = 1) -> str:
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:,.{digits}f}"
+
+
+def summary_table(results: Sequence[RunResult], title: str) -> Any:
+    """A rich Table with one row per policy."""
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for col in ("policy", "mode", "split R:T", "rollout TP", "step s", "rollout s", "makespan/LB", "train s",
+                "gen tok/s", "trained tok/s", "preempt", "migr", "done"):
+        t.add_column(col, justify="left" if col in ("policy", "mode", "rollout TP", "split R:T") else "right")
+    for r in results:
+        s = r.steps
+        n = max(len(s), 1)
+        ratio = [x.makespan_over_bound for x in s if math.isfinite(x.makespan_over_bound)]
+        split = f"{s[0].n_rollout_gpus}:{s[0].n_train_gpus}" if s else "-"
+        if s and r.notes.get("colocated"):
+            split = f"{s[0].n_rollout_gpus} coloc"
+        t.add_row(
+            r.policy, r.mode, split, s[0].rollout_tps if s else "-",
+            _fmt(r.mean_step_s), _fmt(sum(x.rollout_makespan_s for x in s) / n),
+            _fmt(sum(ratio) / len(ratio), 2) if ratio else "-", _fmt(sum(x.train_s for x in s) / n),
+            _fmt(r.throughput_tok_s, 0), _fmt(r.trained_tok_s, 0),
+            str(sum(x.preemptions for x in s)), str(sum(x.migrations for x in s)), f"{r.completed}/{r.expected}",
+        )
+    return t
+
+
+def steps_table(result: RunResult) -> Any:
+    """A rich Table with one row per step of one policy."""
+    from rich.table import Table
+
+    t = Table(title=f"{result.policy}: per step", title_justify="left")
+    for col in ("step", "rollout s", "LB s", "ratio", "train s", "sync/switch s", "step s", "gen tok/s",
+                "idle GPU-s roll", "idle GPU-s train", "preempt", "migr", "reward"):
+        t.add_column(col, justify="right")
+    for s in result.steps:
+        t.add_row(
+            str(s.step), _fmt(s.rollout_makespan_s), _fmt(s.lower_bound_s), _fmt(s.makespan_over_bound, 2), _fmt(s.train_s),
+            _fmt(s.sync_s + s.switch_s), _fmt(s.step_s), _fmt(s.gen_tok_s, 0), _fmt(s.idle_gpu_s_rollout, 0),
+            _fmt(s.idle_gpu_s_train, 0), str(s.preemptions), str(s.migrations), _fmt(s.mean_reward, 3),
+        )
+    return t
+
+
+def json_summary(results: Sequence[RunResult], trace: str, gpus: int, gpu: str, model: str) -> dict[str, Any]:
+    """The ``--json`` document: ``{"trace", "gpus", "gpu", "model", "policies": {NAME: ...}}``."""
+    return {"trace": trace, "gpus": gpus, "gpu": gpu, "model": model, "policies": {r.policy: r.summary() for r in results}}
+
+
+def write_json(path: str, doc: dict[str, Any]) -> None:
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(clean(doc), f, indent=1)
+        f.write("\n")
+
+
+def write_csv(path: str, results: Sequence[RunResult]) -> None:
+    """Every step of every policy, one row each."""
+    rows = [{"policy": r.policy, "mode": r.mode, **s.row()} for r in results for s in r.steps]
+    if not rows:
+        return
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def write_plots(out: str, results: Sequence[RunResult]) -> list[str]:
+    """step_breakdown.png, throughput.png, reward_vs_time.png, gantt.png; returns the paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths: list[str] = []
+    # step-time breakdown: mean per policy, stacked
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(results)), 4))
+    names = [r.policy for r in results]
+    parts = [
+        ("rollout", lambda s: s.rollout_makespan_s),
+        ("train", lambda s: s.train_s),
+        ("sync / switch", lambda s: s.sync_s + s.switch_s),
+    ]
+    bottom = [0.0] * len(results)
+    for label, fn in parts:
+        vals = [sum(fn(s) for s in r.steps) / max(len(r.steps), 1) for r in results]
+        ax.bar(names, vals, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax.plot(names, [r.mean_step_s for r in results], "k_", markersize=30, label="step time (overlap)")
+    ax.set_ylabel("seconds per step (mean)")
+    ax.set_title("Step-time breakdown (stages overlap in async mode)")
+    ax.legend(fontsize=8)
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    fig.tight_layout()
+    p = os.path.join(out, "step_breakdown.png")
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+    # throughput bars
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(results)), 4))
+    ax.bar(names, [r.throughput_tok_s for r in results], color="tab:green")
+    for i, r in enumerate(results):
+        ax.text(i, r.throughput_tok_s, f"{r.throughput_tok_s:,.0f}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("generated tokens / s")
+    ax.set_title("Throughput")
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    fig.tight_layout()
+    p = os.path.join(out, "throughput.png")
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+    # reward vs wall-clock
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for r in results:
+        curve = r.reward_curve()
+        if curve:
+            ax.plot([c[0] / 3600 for c in curve], [c[1] for c in curve], marker=".", label=r.policy)
+    ax.set_xlabel("simulated wall-clock (h)")
+    ax.set_ylabel("mean reward of the step")
+    ax.set_title("Reward vs wall-clock (trace rewards, replayed timing)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    p = os.path.join(out, "reward_vs_time.png")
+    fig.savefig(p, dpi=120)
+    plt.close(fig)
+    paths.append(p)
+    # Gantt of one step, first policy that recorded one
+    rec = next((r for r in results if r.gantt), None)
+    if rec is not None:
+        fig, ax = plt.subplots(figsize=(9, 0.35 * len({g[0] for g in rec.gantt}) + 1.5))
+        ids = sorted({g[0] for g in rec.gantt})
+        row = {iid: k for k, iid in enumerate(ids)}
+        peak = max(g[4] for g in rec.gantt) or 1
+        cmap = plt.get_cmap("viridis")
+        for iid, tp, a, b, batch in rec.gantt:
+            ax.barh(row[iid], b - a, left=a, height=0.8, color=cmap(batch / peak), linewidth=0)
+        ax.set_yticks(range(len(ids)), [f"inst {i} (TP{next(g[1] for g in rec.gantt if g[0] == i)})" for i in ids], fontsize=7)
+        ax.set_xlabel("seconds into the step's rollout")
+        ax.set_title(f"{rec.policy}: rollout instances, step {rec.gantt_step} (colour: batch size, max {peak})")
+        fig.tight_layout()
+        p = os.path.join(out, "gantt.png")
+        fig.savefig(p, dpi=120)
+        plt.close(fig)
+        paths.append(p)
+    return paths
