@@ -1,0 +1,80 @@
+"""The training decision tree: valid shapes only, memory pruning with reasons, exact best."""
+
+from __future__ import annotations
+
+import pytest
+
+from cost_models import CostEvaluator
+from libra.planner.costs import to_strategy, valid_tp_degrees
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, training_time_fn
+
+
+@pytest.fixture(scope="module")
+def ev14() -> CostEvaluator:
+    return CostEvaluator(gpu="a800", model="qwen3-14b")
+
+
+def test_survivors_are_valid_and_fit(ev14: CostEvaluator) -> None:
+    res = enumerate_strategies(ev14, 16, 256, 8192, 8, training_time_fn(ev14, 256 * 4096, 4096))
+    assert res.ranked
+    for t, cfg in res.ranked:
+        assert cfg.n_gpus == 16
+        assert cfg.tp in valid_tp_degrees(ev14.model, 8)
+        assert ev14.model.n_layers % cfg.pp == 0
+        assert ev14.train_memory(to_strategy(cfg), 8192, suggest=False).fits
+        assert t > 0
+    times = [t for t, _ in res.ranked]
+    assert times == sorted(times)
+
+
+def test_pruning_reasons(ev14: CostEvaluator) -> None:
+    """Infeasible leaves are cut with a reason naming the rule or the memory need."""
+    # one GPU cannot hold 14B parameters with Adam state: every leaf is pruned for memory
+    res = enumerate_strategies(ev14, 1, 64, 8192, 8, training_time_fn(ev14, 64 * 4096, 4096))
+    assert res.best is None
+    assert all(p.reason.startswith("memory") for p in res.pruned)
+    assert "GB" in res.why_none()
+    # a 5-way TP would not divide the 8 KV heads nor the node: pruned by rule
+    res = enumerate_strategies(ev14, 40, 1024, 4096, 8, None)
+    reasons = {p.what: p.reason for p in res.pruned}
+    assert "tp=5" in reasons and reasons["tp=5"].startswith("rule")
+    # too few sequences for DP x micro-batch
+    res = enumerate_strategies(ev14, 16, 8, 4096, 8, None)
+    assert any("cannot feed DP" in p.reason for p in res.pruned)
+    assert all(c.dp * c.micro_batch <= 8 for _, c in res.ranked)
+
+
+def test_recompute_dominance_and_bound_keep_the_exact_best(ev14: CostEvaluator) -> None:
+    """The tree's pruning (recompute dominance, branch and bound) returns the same best as the
+    full enumeration of every fitting leaf."""
+    for n in (4, 8, 12, 16, 24):
+        tokens, seq, seq_max = 512 * 6000, 6144, 32768
+        full = enumerate_strategies(ev14, n, tokens // seq, seq_max, 8, training_time_fn(ev14, tokens, seq), dominance=False, bound=False)
+        pruned = enumerate_strategies(ev14, n, tokens // seq, seq_max, 8, training_time_fn(ev14, tokens, seq))
+        if not full.ranked:
+            assert pruned.best is None
+            continue
+        assert pruned.best_time_s == pytest.approx(min(t for t, _ in full.ranked), rel=1e-12)
+        assert len(pruned.ranked) <= len(full.ranked)
+
+
+def test_budget_cuts_without_changing_an_attainable_best(ev14: CostEvaluator) -> None:
+    tree = DecisionTree(ev14, 8)
+    exact = tree.best(16, 512 * 4000, 4096, 16384)
+    tree2 = DecisionTree(ev14, 8)
+    loose = tree2.best(16, 512 * 4000, 4096, 16384, budget_s=exact.best_time_s * 1.01)
+    assert loose.best == exact.best
+    tight = tree2.best(32, 512 * 4000, 4096, 16384, budget_s=1e-6)
+    assert tight.best is None and any(p.reason.startswith("bound") for p in tight.pruned)
+    # a memo entry made under a tight budget is not reused for a looser one
+    again = tree2.best(32, 512 * 4000, 4096, 16384)
+    assert again.best is not None
+
+
+def test_moe_expert_parallel_rules() -> None:
+    ev = CostEvaluator(gpu="h200", model="qwen3-30b-a3b")
+    res = enumerate_strategies(ev, 16, 256, 4096, 8, None)
+    assert res.ranked
+    assert any(c.ep > 1 for _, c in res.ranked)
+    for _, c in res.ranked:
+        assert ev.model.n_experts % c.ep == 0 and c.dp % c.ep == 0
