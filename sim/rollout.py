@@ -289,7 +289,7 @@ class RolloutStage:
         s = self.stats
         s.end_s = now
         s.finish_s = self._finish - s.start_s
-        for inst in list(self.instances.values()) + self._retired:
+        for inst in self.instances.values():  # retired ones included
             if inst.busy:
                 raise InvariantViolation(f"instance {inst.id} busy after the last trajectory finished")
             s.gen_tokens += inst.gen_tokens

@@ -1,0 +1,156 @@
+"""Whole-simulator invariants on small hand-made steps with the test-double evaluator:
+every trajectory completes exactly once, tokens are conserved, same seed same result, time
+never runs backwards, faults lose nothing, GPUs are never double-booked."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import simpy
+
+from libra.cluster import ClusterSpec
+from libra.pool.base import PoolObservation, RoleChange
+from sim.instance import InvariantViolation, SimulationError
+from sim.ledger import GpuLedger
+from sim.loop import Fault, SimConfig, Simulator
+from sim.tools import resolve_latencies
+from test_sim_support import FixedPolicy, fake_costs, make_step, simple_plan
+
+CLUSTER = ClusterSpec(16, "fake", "fake")
+
+
+def _run(steps, policy, **cfg):  # type: ignore[no-untyped-def]
+    sim = Simulator(steps, policy, CLUSTER, fake_costs(kv_tokens=cfg.pop("kv", 60_000)), SimConfig(**cfg))
+    return sim, sim.run()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("kv_mode", ["keep", "release"])
+def test_every_trajectory_completes_once_and_tokens_are_conserved(mode: str, kv_mode: str) -> None:
+    steps = [make_step(s, 40, seed=1, trailing_tool_every=7) for s in range(3)]
+    sim, res = _run(steps, FixedPolicy(simple_plan(3, 2)), mode=mode, kv_mode=kv_mode, kv=3000)
+    for s, m in zip(steps, res.steps):
+        assert m.completed == m.n_traj == s.n
+        assert m.gen_tokens == int(s.total_gen_tokens.sum())
+        assert m.trained_tokens == int(s.total_tokens.sum())
+    assert res.completed == res.expected == 120
+    assert any(m.preemptions > 0 for m in res.steps)  # the small cache forced preemptions
+    # the policy planned each step with the completed steps only
+    assert sim.policy.histories == [0, 1, 2]
+
+
+def test_same_seed_same_result_and_seed_matters() -> None:
+    steps = [make_step(s, 30, seed=2, tool_nan=True) for s in range(2)]
+    a = _run(steps, FixedPolicy(simple_plan()), seed=5)[1]
+    b = _run(steps, FixedPolicy(simple_plan()), seed=5)[1]
+    c = _run(steps, FixedPolicy(simple_plan()), seed=6)[1]
+    assert [m.row() for m in a.steps] == [m.row() for m in b.steps]
+    assert a.wall_s != c.wall_s
+
+
+def test_time_never_runs_backwards() -> None:
+    steps = [make_step(s, 30, seed=3) for s in range(3)]
+    cfg_gantt = 1
+    for mode in ("sync", "async"):
+        _, res = _run(steps, FixedPolicy(simple_plan()), mode=mode, gantt_step=cfg_gantt)
+        ends = [m.step_end_s for m in res.steps]
+        assert ends == sorted(ends)
+        for prev, m in zip(res.steps, res.steps[1:]):
+            assert m.rollout_start_s >= prev.rollout_start_s + prev.rollout_makespan_s - 1e-9
+        for m in res.steps:
+            assert m.rollout_makespan_s > 0 and m.train_s > 0 and m.step_s > 0
+            assert m.train_start_s >= m.rollout_start_s + m.rollout_makespan_s - 1e-9
+        by_inst: dict[int, list[tuple[float, float]]] = {}
+        for iid, _tp, a, b, _batch in res.gantt:
+            assert b >= a
+            by_inst.setdefault(iid, []).append((a, b))
+        assert by_inst
+        for spans in by_inst.values():
+            for (a0, b0), (a1, _b1) in zip(spans, spans[1:]):
+                assert a1 >= b0 - 1e-9  # one interval at a time per instance, in order
+
+
+def test_async_overlaps_training_with_next_rollout() -> None:
+    steps = [make_step(s, 30, seed=4) for s in range(4)]
+    sync = _run(steps, FixedPolicy(simple_plan()), mode="sync", noise_sigma=0.0)[1]
+    asyn = _run(steps, FixedPolicy(simple_plan()), mode="async", staleness=1, noise_sigma=0.0)[1]
+    assert asyn.wall_s < sync.wall_s
+    # staleness 1: rollout j+1 starts before training j ends
+    assert any(n.rollout_start_s < m.step_end_s for m, n in zip(asyn.steps, asyn.steps[1:]))
+
+
+def test_gpu_failure_loses_nothing_and_costs_time() -> None:
+    steps = [make_step(0, 40, seed=5, turns=(3, 6), gen=(100, 400))]
+    base = _run(steps, FixedPolicy(simple_plan(3, 2)), noise_sigma=0.0)[1]
+    t = base.steps[0].rollout_makespan_s / 3
+    _, res = _run(steps, FixedPolicy(simple_plan(3, 2)), noise_sigma=0.0, faults=(Fault(0, t, 1),))
+    m = res.steps[0]
+    assert m.completed == 40 and m.gen_tokens == base.steps[0].gen_tokens
+    assert m.fault_requeued > 0
+    assert m.rollout_makespan_s > base.steps[0].rollout_makespan_s
+
+
+def test_fault_on_a_gpu_without_rollout_is_a_user_error() -> None:
+    steps = [make_step(0, 10, seed=5)]
+    with pytest.raises(Exception, match="serves no rollout"):
+        _run(steps, FixedPolicy(simple_plan(2, 2)), faults=(Fault(0, 0.01, 15),))
+
+
+def test_migration_moves_kv_and_completes() -> None:
+    steps = [make_step(0, 30, seed=6, turns=(3, 6))]
+    _, res = _run(steps, FixedPolicy(simple_plan(4, 2, two_buckets=True), migrate_to=1))
+    m = res.steps[0]
+    assert m.migrations > 0 and m.completed == 30
+
+
+class _LendWhenIdle:
+    """TEST POOL: lends every instance that has emptied while trajectories remain."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def on_rollout_progress(self, obs: PoolObservation) -> list[RoleChange]:
+        self.calls += 1
+        return [RoleChange(s.instance, "nonblocking") for s in obs.instances if s.running == 0 and s.queued == 0]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_pool_role_changes_never_double_book(mode: str) -> None:
+    steps = [make_step(s, 24, seed=7, turns=(1, 4)) for s in range(3)]
+    pool = _LendWhenIdle()
+    sim, res = _run(steps, FixedPolicy(simple_plan(4, 2), pool=pool), mode=mode)
+    assert pool.calls > 0
+    assert sum(m.role_changes for m in res.steps) > 0
+    assert res.completed == res.expected
+    assert all(o is None for o in sim.ledger.owner)  # everything handed back at the end
+
+
+def test_ledger_refuses_double_booking() -> None:
+    env = simpy.Environment()
+    led = GpuLedger(env, 8)
+    led.take((0, 1), "a")
+    with pytest.raises(InvariantViolation, match="double-booked"):
+        led.take((1, 2), "b")
+    ev = led.acquire((1, 2), "b")
+    assert not ev.triggered
+    led.release((0, 1), "a")
+    assert ev.triggered and led.owner[2] == "b"
+
+
+def test_plan_with_overlapping_instances_is_rejected() -> None:
+    plan = simple_plan(2, 2)
+    bad = replace(plan, instances=(plan.instances[0], replace(plan.instances[1], first_gpu=1)))
+    with pytest.raises(SimulationError, match="same GPU"):
+        _run([make_step(0, 5)], FixedPolicy(bad))
+
+
+def test_default_tool_latencies_fill_only_nulls() -> None:
+    s = make_step(0, 20, seed=8, tool_nan=True)
+    lat = resolve_latencies(s, seed=3)
+    has = s.tool_code >= 0
+    assert np.all(lat[~has] == 0) and np.all(lat[has] > 0) and np.all(lat[has] <= 60)
+    assert np.array_equal(lat, resolve_latencies(s, seed=3))
+    t = make_step(0, 20, seed=8)
+    assert np.array_equal(resolve_latencies(t, 3)[t.tool_code >= 0], t.tool_latency_s[t.tool_code >= 0])
