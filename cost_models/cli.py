@@ -83,7 +83,7 @@ def _run_report(args: argparse.Namespace) -> int:
         cell = lambda k: f"{by[k].mape:.1f}% ({by[k].p90:.1f}%)"  # noqa: E731
         table.add_row(fam, gpu, str(by["in-sample"].n_test), cell("random"), cell("extrapolation"),
                       f"{by['in-sample'].mape:.1f}%", f"{by['random'].roofline_mape:.0f}%")
-    Console().print(table)
+    Console(width=max(Console().width, 132)).print(table)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

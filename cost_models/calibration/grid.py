@@ -39,7 +39,7 @@ class LogGrid:
 
     def __post_init__(self) -> None:
         self.axes = [np.asarray(a, dtype=np.float64) for a in self.axes]
-        self.values = np.asarray(self.values, dtype=np.float64)
+        self.values = np.ascontiguousarray(self.values, dtype=np.float64)  # strides index the flat copy
         self._log_axes = [np.log(a) for a in self.axes]
         self._log_axes_list = [la.tolist() for la in self._log_axes]
         self._lo = [float(a[0]) for a in self.axes]

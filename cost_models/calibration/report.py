@@ -58,10 +58,12 @@ def family_rows(root: Path, gpu: str) -> dict[str, pd.DataFrame]:
     if "nccl" in tables:
         out["comm_intra"] = merged_collectives(tables["nccl"].frame,
                                                tables["custom_allreduce"].frame if "custom_allreduce" in tables else None)
-    if src.get("network"):
+    # network data are optional: a root without them reports the compute families only
+    if src.get("network") and (root / src["network"]).is_dir():
         p2p = cdata.load_vidur_p2p(root / src["network"]).frame
         out["p2p_intra"] = p2p[~p2p["inter_node"].astype(bool)].reset_index(drop=True)
-    if src.get("nccl_logs") and gpu == NCCL_LOGS_GPU:  # only measured on this GPU's network
+    if src.get("nccl_logs") and (root / src["nccl_logs"]).is_dir() and gpu == NCCL_LOGS_GPU:
+        # inter-node all-reduce was measured on this GPU's network only
         inter, _ = cdata.load_nccl_logs(root / src["nccl_logs"], get_gpu(gpu).gpus_per_node)
         out["comm_inter"] = inter
     return out

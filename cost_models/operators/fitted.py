@@ -1,25 +1,32 @@
-"""Operator timings fitted on measured data, with the roofline beyond the measured range.
+"""Operator timings fitted on measured data, with roofline-shaped extrapolation beyond it.
 
-Every family evaluates the same way: the query is mapped to the coordinates of its table
-(``cost_models.calibration.fit``), the table is interpolated at the coordinates clamped to the
-measured range, and the result is multiplied by ``roofline(query) / roofline(clamped query)``.
-Inside the grid that ratio is 1 (pure interpolation of measurements); outside, the time follows
-the roofline's shape, scaled to match the measurements at the boundary.
+Inside the measured range every family interpolates its table (``cost_models.calibration.fit``):
+the measurements themselves, made monotone in the size axes. Outside, each family extends the
+table in a way that is monotone BY CONSTRUCTION (a simulator must never see more work take less
+time), following the roofline's asymptotic shape:
 
-Family-specific mappings:
-
-- attention prefill with ``cached_tokens`` c: the table (measured with an empty cache) is read at
-  the equivalent length s' whose causal prefill has as many query-key pairs,
-  ``s'(s'+1)/2 = s(c + (s+1)/2)``, and the roofline ratio corrects for the extra KV bytes read;
-- decode attention: ``A(b, h, kv) + C(b, h, kv) * total_kv``, affine in total_kv by construction;
-- MoE: the measured model shape nearest to the query (log distance over hidden, inter/tp, topk,
-  experts/ep) is used and rescaled by the roofline ratio between the two shapes;
-- collectives with no measurement (e.g. inter-node all-gather) take the measured all-reduce
-  times the roofline ratio between the two operations; inter-node p2p and ``memory_bound_s``
-  have no data and are the roofline.
+- below the smallest measured size a shape takes the time of the smallest measured one (a
+  smaller kernel can always be padded to it; below the grid, kernels are launch-bound anyway);
+- GEMM above the grid: time linear in each of m, n, k beyond its largest measured value (the
+  largest measured GEMMs are compute-saturated, where the roofline is linear in each);
+- prefill above the grid: linear in batch and heads, quadratic in the (equivalent) length.
+  Cached tokens c enter through the equivalent length ``s'`` whose causal prefill has as many
+  query-key pairs, ``s'(s'+1)/2 = s(c + (s+1)/2)``, and the result is never below the roofline
+  time of streaming the whole KV (``b * (c + s)`` tokens) once, as a decode step would;
+- decode attention: ``A(b, h, kv) + C(b, h, kv) * total_kv`` (affine in total_kv by
+  construction); beyond the grid A and C follow the roofline's intercept and per-token parts;
+- MoE: a model shape that was not measured gets its own token table, built from the nearest
+  measured shape (log distance over hidden, inter/tp, topk, experts/ep) times the roofline ratio
+  of the two shapes at each token count, then made monotone; beyond the largest measured token
+  count, the roofline ratio in tokens;
+- collectives: beyond the measured GPU counts and sizes, the measured time plus the roofline's
+  extra time (``t(clamped) + roof(x) - roof(clamped)``), which is non-decreasing in bytes;
+  inter-node collectives other than all-reduce (not measured) get a table derived from the
+  all-reduce one by the roofline ratio of the two operations, made monotone; inter-node p2p and ``memory_bound_s`` have no data
+  and are the roofline.
 
 Scalar calls take a pure-Python path with per-shape caches (the planner evaluates decode steps
-millions of times): a cached decode evaluation costs well under a microsecond.
+millions of times): a cached evaluation costs about a microsecond.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from cost_models.calibration.grid import LogGrid
+from cost_models.calibration.grid import LogGrid, make_monotone
 from cost_models.calibration.store import Calibration
 from cost_models.errors import CostModelError
 from cost_models.hardware import GPUSpec, get_gpu
@@ -125,6 +132,14 @@ class FittedOperators:
         for op, entry in comm.get("inter", {}).items():
             if isinstance(entry, dict) and "grid" in entry:
                 self._inter[op] = rescale_link(LogGrid.from_json(entry["grid"]), entry["alpha_beta"], inter_factor)
+        if "all_reduce" in self._inter:  # no inter-node data for the others: derive, monotone
+            ar = self._inter["all_reduce"]
+            nn, bb = np.meshgrid(*ar.axes, indexing="ij")
+            for op in ("all_gather", "reduce_scatter", "alltoall"):
+                if op not in self._inter:
+                    shift = np.log(self.roof.collective_s(op, bb, nn, True)) - np.log(
+                        self.roof.collective_s("all_reduce", bb, nn, True))
+                    self._inter[op] = LogGrid(ar.axes, make_monotone(ar.values + shift, (1,)))
         p2p = comm.get("p2p", {}).get("intra")
         if p2p is not None:
             g = LogGrid.from_json(p2p["grid"])
@@ -136,18 +151,20 @@ class FittedOperators:
 
     # ---- generic table evaluation ----------------------------------------------------------
     @staticmethod
-    def _table(grid: LogGrid, roof: Any, coords: tuple[Any, ...], ref: tuple[Any, ...] | None = None) -> Any:
-        """exp(table(clamped coords)) * roof(*ref_query) / roof(*ref_clamped); ``ref`` maps
-        (query coords or clamped coords) to the roofline's arguments (default: the coords)."""
-        if isinstance(coords[0], float) and all(isinstance(c, float) for c in coords):
+    def _scaled(grid: LogGrid, coords: tuple[Any, ...], powers: tuple[float, ...]) -> Any:
+        """exp(table(clamped coords)) * prod over axes of max(1, x / largest measured) ** power:
+        clamped below the grid, power-law above it; monotone in every coordinate."""
+        if all(isinstance(c, float) for c in coords):
             val = math.exp(grid.scalar(*coords))
-            if grid.inside(*coords):
-                return val
-            clamped = tuple(min(max(c, lo), hi) for c, lo, hi in zip(coords, grid._lo, grid._hi))
-            return val * float(roof(*coords)) / float(roof(*clamped))
+            for c, hi, pw in zip(coords, grid._hi, powers):
+                if c > hi and pw:
+                    val *= (c / hi) ** pw
+            return val
         val = np.exp(grid(*coords))
-        clamped = tuple(grid.clip(*coords))
-        return val * roof(*coords) / roof(*clamped)
+        for c, hi, pw in zip(coords, grid._hi, powers):
+            if pw:
+                val = val * np.maximum(1.0, np.asarray(c) / hi) ** pw
+        return val
 
     # ---- compute kernels -------------------------------------------------------------------
     def gemm_s(self, m: ArrayLike, n: ArrayLike, k: ArrayLike) -> np.ndarray:
@@ -158,10 +175,10 @@ class FittedOperators:
             key = (m, n, k)
             hit = self._c_gemm.get(key)
             if hit is None:
-                hit = self._table(self._gemm, self.roof.gemm_s, key)
+                hit = self._scaled(self._gemm, key, (1.0, 1.0, 1.0))
                 _bounded_put(self._c_gemm, key, hit)
             return np.float64(hit)  # type: ignore[return-value]
-        return finish(self._table(self._gemm, self.roof.gemm_s, (m, n, k)))
+        return finish(self._scaled(self._gemm, (m, n, k), (1.0, 1.0, 1.0)))
 
     def attn_prefill_s(
         self,
@@ -187,14 +204,11 @@ class FittedOperators:
         grid = self._prefill
         assert grid is not None
         s_eq = equivalent_length(s, c)
-        if isinstance(b, float):
-            val = math.exp(grid.scalar(b, s_eq, h, kv))
-            cb, cs, ch, ckv = (min(max(v, lo), hi) for v, lo, hi in zip((b, s_eq, h, kv), grid._lo, grid._hi))
-        else:
-            val = np.exp(grid(b, s_eq, h, kv))
-            cb, cs, ch, ckv = grid.clip(b, s_eq, h, kv)
-        ratio = self.roof.attn_prefill_s(b, s, c, h, kv) / self.roof.attn_prefill_s(cb, cs, 0.0, ch, ckv)
-        return val * ratio
+        t = self._scaled(grid, (b, s_eq, h, kv), (1.0, 2.0, 1.0, 0.0))
+        stream = self.roof.attn_decode_s(b, b * (c + s), h, kv)
+        if isinstance(t, float):
+            return max(t, float(stream))
+        return np.maximum(t, stream)
 
     def _decode_params(self, b: Any, h: Any, kv: Any) -> tuple[Any, Any]:
         ga, gc = self._dec_a, self._dec_c
@@ -220,7 +234,7 @@ class FittedOperators:
     def _roof_decode_parts(self, b: Any, h: Any, kv: Any) -> tuple[Any, Any]:
         intercept = self.roof.attn_decode_s(b, 0.0, h, kv)
         slope = self.roof.attn_decode_s(b, 1.0, h, kv) - intercept
-        if isinstance(b, float):
+        if np.ndim(intercept) == 0:
             return float(intercept), float(slope)
         return intercept, slope
 
@@ -260,21 +274,41 @@ class FittedOperators:
         return [math.log(hidden), math.log(inter / tp), math.log(topk), math.log(experts / ep), math.log(experts)]
 
     def _moe_shape(self, key: tuple[float, ...]) -> tuple[float, ...]:
-        """The measured shape used for ``key``: itself if measured, else the nearest one."""
+        """The measured shape nearest to ``key`` (itself when measured)."""
         if key in self._moe:
             return key
         assert self._moe_feats is not None
         f = np.array(self._moe_features(*key))
         return self._moe_keys[int(np.argmin(np.sum((self._moe_feats - f) ** 2, axis=1)))]
 
-    def _moe_one(self, x: float, key: tuple[float, ...]) -> float:
+    def _moe_table(self, key: tuple[float, ...]) -> LogGrid:
+        """The token table of ``key``: measured, or derived from the nearest measured shape by
+        the roofline ratio at each token count and made monotone (cached per shape)."""
+        grid = self._moe.get(key)
+        if grid is not None:
+            return grid
         ref = self._moe_shape(key)
-        grid = self._moe[ref]
-        val = math.exp(grid.scalar(x))
-        cx = min(max(x, grid._lo[0]), grid._hi[0])
-        if cx == x and ref == key:
+        base = self._moe[ref]
+        x = base.axes[0]
+        vals = base.values + np.log(self.roof.moe_s(x, *key)) - np.log(self.roof.moe_s(x, *ref))
+        grid = LogGrid([x], make_monotone(vals, (0,)))
+        if len(self._moe) < _CACHE_LIMIT:
+            self._moe[key] = grid
+        return grid
+
+    def _moe_eval(self, x: Any, key: tuple[float, ...]) -> Any:
+        grid = self._moe_table(key)
+        hi = grid._hi[0]
+        if isinstance(x, float):
+            val = math.exp(grid.scalar(x))
+            if x > hi:
+                val *= float(self.roof.moe_s(x, *key)) / float(self.roof.moe_s(hi, *key))
             return val
-        return val * float(self.roof.moe_s(x, *key)) / float(self.roof.moe_s(cx, *ref))
+        val = np.exp(grid(x))
+        above = x > hi
+        if np.any(above):
+            val = np.where(above, val * self.roof.moe_s(x, *key) / self.roof.moe_s(hi, *key), val)
+        return val
 
     def moe_s(
         self,
@@ -292,7 +326,7 @@ class FittedOperators:
         if isinstance(vals[0], float):
             hit = self._c_moe.get(vals)
             if hit is None:
-                hit = self._moe_one(vals[0], vals[1:])
+                hit = self._moe_eval(vals[0], vals[1:])
                 _bounded_put(self._c_moe, vals, hit)
             return np.float64(hit)  # type: ignore[return-value]
         arrs = np.broadcast_arrays(*vals)
@@ -302,13 +336,8 @@ class FittedOperators:
         out = np.empty(flat[0].shape)
         uniq, inv = np.unique(shapes, axis=0, return_inverse=True)
         for u, row in enumerate(uniq):
-            key = tuple(float(v) for v in row)
-            ref = self._moe_shape(key)
-            grid = self._moe[ref]
             sel = inv.ravel() == u
-            x = flat[0][sel]
-            cx = grid.clip(x)[0]
-            out[sel] = np.exp(grid(x)) * self.roof.moe_s(x, *key) / self.roof.moe_s(cx, *ref)
+            out[sel] = self._moe_eval(flat[0][sel], tuple(float(v) for v in row))
         return out.reshape(shape)
 
     def memory_bound_s(self, nbytes: ArrayLike) -> np.ndarray:
@@ -318,32 +347,28 @@ class FittedOperators:
 
     # ---- communication ---------------------------------------------------------------------
     def collective_s(self, op: str, nbytes: ArrayLike, n_gpus: ArrayLike, inter_node: bool = False) -> np.ndarray:
-        """Any measured collective (all_reduce, all_gather, reduce_scatter, alltoall)."""
-        tables = self._inter if inter_node else self._intra
-        grid = tables.get(op)
-        base_op = op
-        if grid is None and inter_node and "all_reduce" in tables:
-            grid, base_op = tables["all_reduce"], "all_reduce"
+        """Any collective (all_reduce, all_gather, reduce_scatter, alltoall); roofline where
+        nothing was measured."""
+        grid = (self._inter if inter_node else self._intra).get(op)
         if grid is None:
             return self.roof.collective_s(op, nbytes, n_gpus, inter_node)
         b, n = as_float(nbytes, n_gpus)
         roof = self.roof
-
-        def roof_base(nn: Any, bb: Any) -> Any:
-            return roof.collective_s(base_op, bb, nn, inter_node)
-
         if isinstance(b, float):
             if n <= 1.0:
                 return np.float64(0.0)  # type: ignore[return-value]
-            t = self._table(grid, roof_base, (n, b))
-            if base_op != op:
-                t *= float(roof.collective_s(op, b, n, inter_node)) / float(roof_base(n, b))
-            return np.float64(t)  # type: ignore[return-value]
+            val = math.exp(grid.scalar(n, b))
+            if not grid.inside(n, b):
+                cn, cb = (min(max(v, lo), hi) for v, lo, hi in zip((n, b), grid._lo, grid._hi))
+                extra = float(roof.collective_s(op, b, n, inter_node)) - float(roof.collective_s(op, cb, cn, inter_node))
+                val = max(val + extra, 0.5 * val)
+            return np.float64(val)  # type: ignore[return-value]
         n_safe = np.maximum(n, 2.0)
-        t = self._table(grid, roof_base, (n_safe, b))
-        if base_op != op:
-            t = t * roof.collective_s(op, b, n_safe, inter_node) / roof_base(n_safe, b)
-        return np.where(np.broadcast_to(n, np.shape(t)) <= 1.0, 0.0, t)
+        val = np.exp(grid(n_safe, b))
+        cn, cb = grid.clip(n_safe, b)
+        extra = roof.collective_s(op, b, n_safe, inter_node) - roof.collective_s(op, cb, cn, inter_node)
+        val = np.maximum(val + extra, 0.5 * val)
+        return np.where(np.broadcast_to(n, np.shape(val)) <= 1.0, 0.0, val)
 
     def allreduce_s(self, nbytes: ArrayLike, n_gpus: ArrayLike, inter_node: bool = False) -> np.ndarray:
         return self.collective_s("all_reduce", nbytes, n_gpus, inter_node)
@@ -355,9 +380,12 @@ class FittedOperators:
         if inter_node or self._p2p_intra is None:
             return self.roof.p2p_s(nbytes, inter_node)
         (b,) = as_float(nbytes)
-        roof = self.roof
-
-        def roof_p2p(x: Any) -> Any:
-            return roof.p2p_s(x, False)
-
-        return finish(self._table(self._p2p_intra, roof_p2p, (b,)))
+        grid = self._p2p_intra
+        hi = grid._hi[0]
+        if isinstance(b, float):
+            val = math.exp(grid.scalar(b))
+            if b > hi:
+                val *= float(self.roof.p2p_s(b)) / float(self.roof.p2p_s(hi))
+            return np.float64(val)  # type: ignore[return-value]
+        val = np.exp(grid(b))
+        return finish(np.where(b > hi, val * self.roof.p2p_s(b) / self.roof.p2p_s(hi), val))

@@ -1,0 +1,275 @@
+"""Calibration pipeline: grid tables, CSV validation, fitting (recovering known laws from
+synthetic data), the calibration file format, ``libra-calibrate`` errors, ``report`` on a
+synthetic calibration root, and ``profile`` + ``fit`` on this CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cost_models import cli
+from cost_models.calibration import data as cdata
+from cost_models.calibration.fit import affine_fit, alpha_beta, fit_folder
+from cost_models.calibration.grid import LogGrid, fill, make_monotone, place
+from cost_models.calibration.store import Calibration
+from cost_models.errors import CostModelError
+from cost_models.hardware import get_gpu
+from cost_models.operators import FittedOperators, RooflineOperators, load_operators
+
+RNG = np.random.default_rng(3)
+
+
+# ---- grid ----------------------------------------------------------------------------------
+def test_loggrid_is_exact_on_loglinear_functions_and_scalar_matches_vector() -> None:
+    axes = [np.array([1.0, 2.0, 8.0, 64.0]), np.array([16.0, 32.0, 1024.0])]
+    xx, yy = np.meshgrid(*axes, indexing="ij")
+    grid = LogGrid(axes, 0.5 * np.log(xx) + 2.0 * np.log(yy))
+    x, y = np.exp(RNG.uniform(0, np.log(64), 50)), np.exp(RNG.uniform(np.log(16), np.log(1024), 50))
+    assert np.allclose(grid(x, y), 0.5 * np.log(x) + 2.0 * np.log(y))
+    for i in range(10):
+        assert grid.scalar(float(x[i]), float(y[i])) == pytest.approx(float(grid(x[i], y[i])))
+    # clamped outside
+    assert grid.scalar(1000.0, 1.0) == pytest.approx(0.5 * np.log(64) + 2.0 * np.log(16))
+    back = LogGrid.from_json(json.loads(json.dumps(grid.to_json())))
+    assert np.allclose(back.values, grid.values, atol=1e-3)
+
+
+def test_place_fill_and_monotone() -> None:
+    coords = np.array([[1, 1], [1, 4], [4, 1], [4, 4], [2, 2]], dtype=float)
+    axes, table = place(coords, np.array([0.0, 3.0, 1.0, 4.0, 2.0]))
+    assert [list(a) for a in axes] == [[1, 2, 4], [1, 2, 4]]
+    assert np.isnan(table[0, 1]) and table[1, 1] == 2.0
+    filled = fill(axes, table)
+    assert not np.isnan(filled).any()
+    # (x=1, y=2) lies halfway (in log) between 0 and 3 along y, and has no x-neighbour below
+    assert filled[0, 1] == pytest.approx(1.5)
+    mono = make_monotone(np.array([[3.0, 1.0, 2.0], [0.0, 5.0, 4.0]]), (0, 1))
+    assert np.all(np.diff(mono, axis=0) >= 0) and np.all(np.diff(mono, axis=1) >= 0)
+    # a slow small shape takes the time of the faster larger one; larger cells are untouched
+    assert list(make_monotone(np.array([9.0, 1.0, 2.0]), (0,))) == [1.0, 1.0, 2.0]
+
+
+# ---- fitting primitives --------------------------------------------------------------------
+def test_affine_fit_recovers_an_affine_law_and_respects_bounds() -> None:
+    x = np.array([1, 10, 100, 1e3, 1e4, 1e5])
+    a, c = affine_fit(x, 2e-5 + 3e-9 * x, 1e-12, 1e-6)
+    assert a == pytest.approx(2e-5) and c == pytest.approx(3e-9)
+    a, c = affine_fit(x, np.full(6, 1e-5), 1e-10, 1e-6)  # flat data: slope held at its floor
+    assert c == pytest.approx(1e-10) and a > 0
+
+
+def test_alpha_beta_recovers_latency_and_bandwidth() -> None:
+    b = np.logspace(3, 9, 20)
+    alpha, beta = alpha_beta(b, 8e-6 + b / 150e9)
+    assert alpha == pytest.approx(8e-6, rel=1e-6) and beta == pytest.approx(150e9, rel=1e-6)
+
+
+# ---- synthetic calibration data ------------------------------------------------------------
+def _write_synthetic_folder(folder: Path, gpu: str = "a100", noise: float = 0.0) -> dict[str, object]:
+    """aiconfigurator-style CSVs from known laws (roofline x smooth efficiency, affine decode),
+    with optional multiplicative noise. Returns the laws for checking."""
+    folder.mkdir(parents=True, exist_ok=True)
+    roof = RooflineOperators(gpu)
+    rng = np.random.default_rng(11)
+    jitter = lambda n: np.exp(rng.normal(0.0, noise, n)) if noise else np.ones(n)  # noqa: E731
+    m, n, k = np.meshgrid([1, 4, 16, 64, 256, 1024, 4096], [64, 256, 1024, 4096], [64, 256, 1024, 4096], indexing="ij")
+    m, n, k = m.ravel(), n.ravel(), k.ravel()
+    eff = 1.0 + 0.3 / (1.0 + np.log2(m))
+    lat = roof.gemm_s(m, n, k) * eff * jitter(m.size) * 1e3
+    pd.DataFrame({"m": m, "n": n, "k": k, "latency": lat}).to_csv(folder / "gemm_perf.csv", index=False)
+    rows = []
+    for b in (1, 2, 4, 8, 16):
+        for s in (16, 64, 256, 1024, 4096):
+            for h, kv in ((8, 1), (8, 8), (32, 8)):
+                rows.append((b, s, h, kv, float(roof.attn_prefill_s(b, s, 0, h, kv)) * 1.4e3))
+    pd.DataFrame(rows, columns=["batch_size", "isl", "num_heads", "num_key_value_heads", "latency"]).to_csv(
+        folder / "context_attention_perf.csv", index=False)
+    law = lambda b, kv_tokens, kv: 1.2e-5 + 1e-8 * b + 6e-10 * kv * kv_tokens  # noqa: E731
+    rows = []
+    for b in (1, 4, 16, 64, 256):
+        for step in (1, 15, 255, 4095, 65535):
+            for h, kv in ((8, 1), (16, 2), (32, 4)):
+                rows.append((b, h, kv, step, law(b, b * step, kv) * 1e3))
+    pd.DataFrame(rows, columns=["batch_size", "num_heads", "num_key_value_heads", "step", "latency"]).to_csv(
+        folder / "generation_attention_perf.csv", index=False)
+    rows = []
+    for op in ("all_reduce", "all_gather"):
+        for g in (2, 4, 8):
+            for e in 2.0 ** np.arange(8, 28, 2):
+                rows.append((op, g, int(e), float(roof.collective_s(op, e * 2, g)) * 1.3e3))
+    pd.DataFrame(rows, columns=["op_name", "num_gpus", "message_size", "latency"]).to_csv(
+        folder / "nccl_perf.csv", index=False)
+    return {"decode": law}
+
+
+def test_fit_recovers_synthetic_laws(tmp_path: Path) -> None:
+    laws = _write_synthetic_folder(tmp_path / "d")
+    calib = fit_folder(tmp_path / "d", "a100")
+    assert set(calib.families) == {"gemm", "attn_prefill", "attn_decode", "comm"}
+    ops = FittedOperators.from_calibration("a100", calib)
+    roof = ops.roof
+    # measured nodes reproduced; decode law recovered exactly, also between grid nodes
+    assert float(ops.gemm_s(64, 1024, 1024)) == pytest.approx(float(roof.gemm_s(64, 1024, 1024)) * (1 + 0.3 / 7), rel=2e-3)
+    for b, kv_tokens in ((4, 4 * 255), (37, 37 * 3000), (200, 200 * 50000)):
+        assert float(ops.attn_decode_s(b, kv_tokens, 16, 2)) == pytest.approx(laws["decode"](b, kv_tokens, 2), rel=0.02)
+    assert float(ops.attn_prefill_s(8, 1024, 0, 32, 8)) == pytest.approx(1.4 * float(roof.attn_prefill_s(8, 1024, 0, 32, 8)), rel=2e-3)
+    assert float(ops.allreduce_s(2 * 4096, 8)) == pytest.approx(1.3 * float(roof.allreduce_s(2 * 4096, 8)), rel=2e-3)
+    # families without data stay roofline
+    assert float(ops.moe_s(64, 2048, 768, 8, 128, 1, 1)) == float(roof.moe_s(64, 2048, 768, 8, 128, 1, 1))
+
+
+def test_calibration_file_round_trip_and_loader(tmp_path: Path) -> None:
+    _write_synthetic_folder(tmp_path / "d")
+    calib = fit_folder(tmp_path / "d", "a100")
+    path = calib.save(tmp_path / "c.json")
+    obj = json.loads(path.read_text())
+    assert obj["format"] == "libra-operator-calibration" and obj["version"] == 1
+    assert obj["source"]["files_sha256"]["gemm_perf.csv"] == cdata.sha256_of(tmp_path / "d" / "gemm_perf.csv")
+    ops = load_operators("a100", path)
+    assert isinstance(ops, FittedOperators)
+    direct = FittedOperators.from_calibration("a100", calib)
+    assert float(ops.gemm_s(100, 300, 700)) == pytest.approx(float(direct.gemm_s(100, 300, 700)), rel=2e-3)
+
+
+def test_bad_calibration_files(tmp_path: Path) -> None:
+    bad = tmp_path / "x.json"
+    bad.write_text("{not json")
+    with pytest.raises(CostModelError, match="not a JSON calibration"):
+        Calibration.load(bad)
+    bad.write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(CostModelError, match="libra-calibrate fit"):
+        Calibration.load(bad)
+    bad.write_text(json.dumps({"format": "libra-operator-calibration", "version": 99, "gpu": "a100", "families": {}}))
+    with pytest.raises(CostModelError, match="version 99"):
+        Calibration.load(bad)
+    with pytest.raises(CostModelError, match="not found"):
+        load_operators("a100", tmp_path / "missing.json")
+
+
+# ---- CSV validation ------------------------------------------------------------------------
+def test_csv_errors_name_file_line_and_column(tmp_path: Path) -> None:
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "gemm_perf.csv").write_text("m,n,k,latency\n1,2,3,0.5\n4,5,6,abc\n")
+    with pytest.raises(CostModelError, match=r"gemm_perf.csv: line 3, column 'latency'.*'abc'"):
+        cdata.load_folder(d)
+    (d / "gemm_perf.csv").write_text("m,n,latency\n1,2,0.5\n")
+    with pytest.raises(CostModelError, match=r"gemm_perf.csv: missing column\(s\) 'k'"):
+        cdata.load_folder(d)
+    (d / "gemm_perf.csv").write_text("m,n,k,latency\n1,2,-3,0.5\n")
+    with pytest.raises(CostModelError, match="line 2, column 'k': expected a positive number"):
+        cdata.load_folder(d)
+    (d / "gemm_perf.csv").unlink()
+    with pytest.raises(CostModelError, match="no calibration CSV found"):
+        cdata.load_folder(d)
+
+
+def test_nccl_tests_log_parser(tmp_path: Path) -> None:
+    ranks = "".join(f"#   Rank {r:2d} Pid 1 on node-{r // 8} device {r % 8} [0x00] A100\n" for r in range(16))
+    body = (
+        "#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n"
+        "        1024           256     float     sum    34.66    0.03    0.06    N/A    34.47    0.03    0.06    N/A\n"
+        "  1073741824     268435456     float     sum    16170   66.40  124.50    N/A    16166   66.42  124.53    N/A\n"
+    )
+    log = tmp_path / "nccl_16.log"
+    log.write_text(ranks + body)
+    df = cdata.parse_nccl_tests_log(log)
+    assert list(df["n_gpus"]) == [16, 16]
+    assert df["latency_s"].tolist() == pytest.approx([34.47e-6, 16166e-6])
+    (tmp_path / "junk.log").write_text("hello\n")
+    with pytest.raises(CostModelError, match="not an nccl-tests log"):
+        cdata.parse_nccl_tests_log(tmp_path / "junk.log")
+
+
+# ---- CLI -----------------------------------------------------------------------------------
+def test_cli_errors_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["fit", "--data", str(tmp_path / "nope"), "--gpu", "a100", "-o", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("libra-calibrate: error: ") and "calibration folder not found" in err and err.count("\n") == 1
+    _write_synthetic_folder(tmp_path / "d")
+    assert cli.main(["fit", "--data", str(tmp_path / "d"), "--gpu", "b300", "-o", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown GPU 'b300'; valid: a100, a800, cpu, h100, h200" in err
+    assert cli.main(["report", "--gpu", "tpu", "--data-root", str(tmp_path)]) == 2
+    assert "report covers: a100, h100, h200" in capsys.readouterr().err
+    assert cli.main(["fit", "--data", str(tmp_path / "d"), "--gpu", "a100", "-o", str(tmp_path / "o.json")]) == 0
+    assert (tmp_path / "o.json").is_file()
+
+
+def test_report_on_a_synthetic_root(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "calibration"
+    _write_synthetic_folder(root / "aiconfigurator" / "a100_sxm", noise=0.02)
+    net = root / "vidur" / "network" / "a100_dgx"
+    net.mkdir(parents=True)
+    sizes = np.logspace(3, 8, 40)
+    t_ms = (10e-6 + sizes / 100e9) * 1e3
+    pd.DataFrame({"time_stats.send_recv.median": t_ms, "size": sizes, "num_workers": 2, "devices_per_node": 2}).to_csv(
+        net / "send_recv.csv")
+    out = tmp_path / "rep"
+    assert cli.main(["report", "--gpu", "a100", "--data-root", str(root), "--out", str(out), "--quick"]) == 0
+    table = pd.read_csv(out / "operator_report.csv")
+    assert set(table["family"]) == {"gemm", "attn_prefill", "attn_decode", "comm_intra", "p2p_intra"}
+    assert set(table["split"]) == {"random", "extrapolation", "in-sample"}
+    rnd = table[table["split"] == "random"].set_index("family")["mape"]
+    # 2 % noise on smooth laws: held-out error must be close to the noise level
+    assert rnd["gemm"] < 6.0 and rnd["attn_decode"] < 2.0 and rnd["p2p_intra"] < 1.0
+    md = (out / "operator_report.md").read_text()
+    assert "| gemm | a100 |" in md
+    # seeded: a second run writes the same numbers
+    assert cli.main(["report", "--gpu", "a100", "--data-root", str(root), "--out", str(tmp_path / "rep2"), "--quick"]) == 0
+    assert (tmp_path / "rep2" / "operator_report.md").read_text() == md
+
+
+# ---- profile + fit on this CPU -------------------------------------------------------------
+#: In-sample MAPE bounds of a calibration fitted on this CPU's own quick profile (documented in
+#: docs/cost-model-operators.md): GEMM and prefill are interpolated exactly at measured shapes
+#: (only monotonicity fixes move them); decode is an affine law in KV per shape.
+CPU_BOUNDS = {"gemm": 10.0, "attn_prefill": 10.0, "attn_decode": 20.0}
+
+
+def test_profile_cpu_quick_then_fit_recovers_its_timings(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from cost_models.calibration.report import predict
+
+    out = tmp_path / "prof"
+    assert cli.main(["profile", "--device", "cpu", "--quick", "--threads", "1", "--out", str(out)]) == 0
+    meta = json.loads((out / "profile_meta.json").read_text())
+    assert meta["dtype"] == "float32" and "bf16" in meta["dtype_note"]
+    calib_path = tmp_path / "cpu.json"
+    assert cli.main(["fit", "--data", str(out), "--gpu", "cpu", "-o", str(calib_path)]) == 0
+    ops = load_operators("cpu", calib_path)
+    assert isinstance(ops, FittedOperators)
+    assert json.loads(calib_path.read_text())["source"]["profile_meta"]["dtype"] == "float32"
+    tables = cdata.load_folder(out)
+    for fam, bound in CPU_BOUNDS.items():
+        f = tables[fam].frame
+        ape = np.abs(predict(ops, fam, f) / f["latency_s"].to_numpy() - 1.0) * 100
+        assert ape.mean() < bound, f"{fam}: in-sample MAPE {ape.mean():.1f}% on this CPU's own profile"
+    # decode on the CPU is still affine in KV and positive
+    t = ops.attn_decode_s(4, np.array([0.0, 1e3, 1e5]), 8, 2)
+    assert np.all(t > 0) and np.diff(t)[1] / 99e3 == pytest.approx(np.diff(t)[0] / 1e3)
+
+
+def test_profile_without_torch_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_torch(name: str, *args: object, **kwargs: object) -> object:
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("No module named 'torch'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    assert cli.main(["profile", "--device", "cpu", "--quick", "--out", str(tmp_path / "p")]) == 2
+    assert "profiling needs torch" in capsys.readouterr().err
+
+
+def test_gpu_catalog_names_used_by_bundles() -> None:
+    for name in ("a100", "a800", "h100", "h200", "cpu"):
+        assert get_gpu(name).name == name
