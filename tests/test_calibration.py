@@ -273,3 +273,26 @@ def test_profile_without_torch_is_a_clear_error(monkeypatch: pytest.MonkeyPatch,
 def test_gpu_catalog_names_used_by_bundles() -> None:
     for name in ("a100", "a800", "h100", "h200", "cpu"):
         assert get_gpu(name).name == name
+
+
+# ---- the bundled files are reproducible from the measured data -----------------------------
+def test_bundled_calibration_matches_a_fresh_fit_of_its_source() -> None:
+    from cost_models.calibration.sources import BUNDLE_SOURCES, NCCL_LOGS_GPU, find_calibration_root
+
+    try:
+        root = find_calibration_root()
+    except CostModelError:
+        pytest.skip("measured calibration data (shared/calibration) not available")
+    src = BUNDLE_SOURCES["a100"]
+    bundled = load_operators("a100")
+    stored = json.loads((Path(__file__).parents[1] / "cost_models" / "data" / "operators_a100.json").read_text())
+    for name, digest in stored["source"]["files_sha256"].items():
+        if "/" not in name:  # aiconfigurator CSVs: the bundle was fitted on exactly these files
+            assert cdata.sha256_of(root / src["data"] / name) == digest, f"{name} changed: refit the bundle"
+    fresh = FittedOperators.from_calibration(
+        "a100", fit_folder(root / src["data"], "a100", root / src["network"], root / src["nccl_logs"], NCCL_LOGS_GPU))
+    m, n, k = np.exp(RNG.uniform(0, 10, 50)), np.exp(RNG.uniform(3, 11, 50)), np.exp(RNG.uniform(3, 11, 50))
+    assert np.allclose(bundled.gemm_s(m, n, k), fresh.gemm_s(m, n, k), rtol=2e-3)
+    b = np.exp(RNG.uniform(0, 7, 50))
+    assert np.allclose(bundled.attn_decode_s(b, b * 3000, 32, 8), fresh.attn_decode_s(b, b * 3000, 32, 8), rtol=2e-3)
+    assert np.allclose(bundled.allreduce_s(np.logspace(3, 9, 20), 8), fresh.allreduce_s(np.logspace(3, 9, 20), 8), rtol=2e-3)
