@@ -29,7 +29,7 @@ import numpy as np
 from libra.trace.columnar import StepArrays
 from libra.trace.records import OUTCOMES
 
-#: Upper edges of the turn bins (turns done): 1, 2, 3-4, 5-8, 9-16, 17-32, 33+.
+#: Upper edges of the turn bins (turns done): 0-1, 2, 3-4, 5-8, 9-16, 17-32, 33+.
 TURN_BIN_EDGES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
 
