@@ -99,6 +99,13 @@ def test_roofline_formulas_by_hand() -> None:
     assert float(r.allreduce_s(1e8, 1)) == 0.0
 
 
+def test_roofline_decode_coefficients_match_decode() -> None:
+    r = RooflineOperators("a100")
+    a, c = r.decode_coefficients(32, 16, 2)
+    assert float(r.attn_decode_s(32, 0, 16, 2)) == pytest.approx(a)
+    assert float(r.attn_decode_s(32, 1e6, 16, 2)) == pytest.approx(a + c * 1e6)
+
+
 def test_roofline_vectorized_matches_scalar() -> None:
     r = RooflineOperators("a100")
     m = np.array([1.0, 64.0, 4096.0])

@@ -242,7 +242,7 @@ class FittedOperators:
         """(intercept s, slope s per KV token) of ``attn_decode_s`` for a fixed batch: what a
         simulator integrating decode time in closed form needs."""
         if self._dec_a is None:
-            return self._roof_decode_parts(*as_float(batch, n_heads, n_kv_heads))
+            return self.roof.decode_coefficients(batch, n_heads, n_kv_heads)
         b, h, kv = as_float(batch, n_heads, n_kv_heads)
         if isinstance(b, float):
             key = (b, h, kv)

@@ -128,6 +128,12 @@ class RooflineOperators:
         fixed = 2.0 * DTYPE_BYTES * HEAD_DIM * b * h / self._bw
         return finish(LAUNCH_S + fixed + t * per_tok)
 
+    def decode_coefficients(self, batch: ArrayLike, n_heads: ArrayLike, n_kv_heads: ArrayLike) -> tuple[Any, Any]:
+        """(intercept s, slope s per KV token) of ``attn_decode_s`` for a fixed batch."""
+        b, h, kv = as_float(batch, n_heads, n_kv_heads)
+        per_tok = vmax(2.0 * DTYPE_BYTES * HEAD_DIM * kv / self._bw, 4.0 * HEAD_DIM * h / self._flops)
+        return LAUNCH_S + 2.0 * DTYPE_BYTES * HEAD_DIM * b * h / self._bw, per_tok
+
     def moe_s(
         self,
         tokens: ArrayLike,
