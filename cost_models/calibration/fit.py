@@ -53,6 +53,8 @@ def log_table(
     axes, table = place(coords, y)
     base = np.log(roof(*mesh(axes)))
     residual = fill(axes, table - base)
+    if np.isnan(residual).any():
+        raise CostModelError("a fitted table has cells no measurement reaches (no rows at all?)")
     return LogGrid(axes, make_monotone(base + residual, monotone_axes))
 
 

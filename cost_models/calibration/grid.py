@@ -181,7 +181,7 @@ def _bracket(known: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return left, right
 
 
-def fill(axes: Sequence[np.ndarray], residual: np.ndarray, max_rounds: int = 64) -> np.ndarray:
+def fill(axes: Sequence[np.ndarray], residual: np.ndarray, max_rounds: int | None = None) -> np.ndarray:
     """Fill NaN cells of ``residual``: average, over the axes where a cell has measured
     neighbours on both sides, of the linear interpolation (in log axis) between them; cells with
     neighbours on one side only take the nearest one's value once no two-sided estimate is left.
@@ -190,7 +190,9 @@ def fill(axes: Sequence[np.ndarray], residual: np.ndarray, max_rounds: int = 64)
     if np.all(np.isnan(r)):
         return r
     log_axes = [np.log(np.asarray(a, dtype=np.float64)) for a in axes]
-    for _ in range(max_rounds):
+    # each round fills at least every hole adjacent (along some axis) to a filled cell
+    rounds = max_rounds if max_rounds is not None else int(sum(r.shape)) + 1
+    for _ in range(rounds):
         missing = np.isnan(r)
         if not missing.any():
             break
