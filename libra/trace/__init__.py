@@ -16,6 +16,7 @@ from libra.trace.records import (
     Trajectory,
     Turn,
 )
+from libra.trace.stats import StepStats, stats_frame, step_stats, trace_stats
 from libra.trace.validate import SkipRecord
 from libra.trace.writer import trajectory_to_dict, write_trace
 
@@ -26,6 +27,7 @@ __all__ = [
     "OUTCOMES",
     "SkipRecord",
     "StepArrays",
+    "StepStats",
     "TraceHeader",
     "TraceReader",
     "TraceSummary",
@@ -33,6 +35,9 @@ __all__ = [
     "Turn",
     "open_trace",
     "read_trajectories",
+    "stats_frame",
+    "step_stats",
+    "trace_stats",
     "trajectory_to_dict",
     "write_trace",
 ]
