@@ -110,12 +110,17 @@ class RolloutTimer:
         b = np.arange(n, dtype=np.float64)
         bb = np.maximum(b, 1.0)  # batch 0 is filled with zeros below
         qh, kvh = self._heads(tp)
-        a0 = np.asarray(self.ops.attn_decode_s(bb, 0.0, qh, kvh), dtype=np.float64)
-        a1 = np.asarray(self.ops.attn_decode_s(bb, _SLOPE_REF_TOKENS, qh, kvh), dtype=np.float64)
+        coeffs = getattr(self.ops, "decode_coefficients", None)  # optional: exact (intercept, slope)
+        if coeffs is not None:
+            a0, per_kv = (np.broadcast_to(np.asarray(x, dtype=np.float64), bb.shape) for x in coeffs(bb, qh, kvh))
+        else:  # read the slope off two points; exact up to rounding for an affine operator
+            a0 = np.asarray(self.ops.attn_decode_s(bb, 0.0, qh, kvh), dtype=np.float64)
+            a1 = np.asarray(self.ops.attn_decode_s(bb, _SLOPE_REF_TOKENS, qh, kvh), dtype=np.float64)
+            per_kv = (a1 - a0) / _SLOPE_REF_TOKENS
         L = self.model.n_layers
         dense = np.asarray(self._dense_part(tp, bb), dtype=np.float64)
         base = L * (dense + a0) + np.asarray(self._ends(tp, bb, bb), dtype=np.float64)
-        slope = L * (a1 - a0) / _SLOPE_REF_TOKENS
+        slope = L * per_kv
         base[0] = 0.0
         slope[0] = 0.0
         tab = (base, slope, base.tolist(), slope.tolist())
