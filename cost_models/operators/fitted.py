@@ -298,16 +298,18 @@ class FittedOperators:
 
     def _moe_eval(self, x: Any, key: tuple[float, ...]) -> Any:
         grid = self._moe_table(key)
-        hi = grid._hi[0]
+        lo, hi = grid._lo[0], grid._hi[0]
         if isinstance(x, float):
             val = math.exp(grid.scalar(x))
-            if x > hi:
-                val *= float(self.roof.moe_s(x, *key)) / float(self.roof.moe_s(hi, *key))
+            if x > hi or x < lo:
+                edge = hi if x > hi else lo
+                val *= float(self.roof.moe_s(x, *key)) / float(self.roof.moe_s(edge, *key))
             return val
         val = np.exp(grid(x))
-        above = x > hi
-        if np.any(above):
-            val = np.where(above, val * self.roof.moe_s(x, *key) / self.roof.moe_s(hi, *key), val)
+        outside = (x > hi) | (x < lo)
+        if np.any(outside):
+            edge = np.where(x > hi, hi, lo)
+            val = np.where(outside, val * self.roof.moe_s(x, *key) / self.roof.moe_s(edge, *key), val)
         return val
 
     def moe_s(
