@@ -55,11 +55,8 @@ class GpuLedger:
         """An event that fires once ``gpus`` are all free and booked for ``owner``."""
         g = self._check(gpus)
         ev = self.env.event()
-        if not self._waiters and self.is_free(g):
-            self.take(g, owner)
-            ev.succeed()
-        else:
-            self._waiters.append((g, owner, ev))
+        self._waiters.append((g, owner, ev))
+        self._serve()
         return ev
 
     def release(self, gpus: Iterable[int], owner: Hashable) -> None:

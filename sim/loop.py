@@ -7,6 +7,9 @@ Modes:
   GPU, switch to training (the evaluator's ``role_change_s("train")``: drop weights/KV, load the
   training state from host), train on every GPU, switch back (``role_change_s("rollout")``:
   offload the training state, load the rollout weights; this replaces the weight push).
+* **sync + streaming** (``streaming=True``): training of step j starts on mini-batches of
+  completed GRPO groups while the rollout's tail still runs (``sim.training.Feed``); rollout
+  weights stay at version j until the sync after the last mini-batch, so it stays on-policy.
 * **async** with bounded staleness K (AReaL-like): rollouts run back to back; rollout j starts
   when rollout j-1 is done and the weights of step j-1-K are synced, so with K=1 the rollout of
   j+1 overlaps the training of j. Training j starts when rollout j and training/sync j-1 are done.
@@ -41,7 +44,7 @@ from sim.metrics import RunResult, StepMetrics
 from sim.noise import Noise
 from sim.rollout import RolloutStage, RolloutStats
 from sim.tools import resolve_latencies
-from sim.training import TrainJob, TrainStats
+from sim.training import Feed, TrainJob, TrainStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,7 @@ class SimConfig:
     mini_batches: int = 4
     faults: tuple[Fault, ...] = ()
     gantt_step: int | None = None  # trace step number whose instance Gantt to record
+    streaming: bool = False  # sync mode: train on completed groups while the tail runs
 
 
 class Simulator:
@@ -167,15 +171,20 @@ class Simulator:
             pool = None if plan.colocated else self.policy.pool(plan)
             lat = resolve_latencies(step, self.cfg.seed)
             total = step.total_tokens
+            streaming = self.cfg.streaming and mode == "sync" and not plan.colocated
+            feed = Feed(env, step.n, float(total.sum()), self.cfg.mini_batches) if streaming else None
             job = TrainJob(
                 env, plan.train, train_gpus, int(total.sum()), int(round(float(total.mean()))) if step.n else 1,
-                self.costs, self.noise_train, self.cfg.kl > 0, self.cfg.mini_batches,
+                self.costs, self.noise_train, self.cfg.kl > 0, self.cfg.mini_batches, feed=feed,
             )
+            tot_list = total.tolist()
+            on_group = (lambda rows, feed=feed, tot=tot_list: feed.add(len(rows), sum(tot[r] for r in rows))) if feed else None
             stage = RolloutStage(
                 env, step, plan, sched, pool, self.costs, self.noise_roll, lat, self.cfg.kv_mode, self.gpn,
                 record_gantt=(self.cfg.gantt_step == step.step),
                 on_role_change=lambda st, inst, ch, job=job: self._role_change(st, inst, ch, job),
                 training_state=lambda: (self.running_job is not None, self.running_job.n_gpus if self.running_job else 0),
+                on_group_done=on_group,
             )
             for inst in stage.instances.values():
                 inst.started = False
@@ -186,7 +195,11 @@ class Simulator:
                     ev = env.timeout(f.at_s)
                     ev.callbacks.append(lambda _e, f=f, stage=stage: self._fault(stage, f))
             stage.start()
-            env.process(self._finish_step(j, step, plan, stage, job, lat, mode))
+            if feed is not None:
+                train = env.process(self._train(j, step, plan, job, feed.ready[0]))
+            else:
+                train = None
+            env.process(self._finish_step(j, step, plan, stage, job, lat, mode, train))
 
     def _owner(self, stage: RolloutStage, inst: Instance) -> tuple[str, int, int]:
         return ("rollout", stage.step.step, inst.id)
@@ -223,36 +236,28 @@ class Simulator:
             f"faults are modelled on rollout GPUs, e.g. GPU {live[0] if live else 0}"
         )
 
-    def _finish_step(
-        self, j: int, step: StepArrays, plan: Plan, stage: RolloutStage, job: TrainJob, lat: np.ndarray, mode: str
-    ) -> Generator[Any, Any, None]:
+    def _train(self, j: int, step: StepArrays, plan: Plan, job: TrainJob, start: simpy.Event) -> Generator[Any, Any, tuple[TrainStats, float, float, float]]:
+        """Training, then the weight push (or the colocated switches) of step ``j``."""
         env = self.env
-        rs: RolloutStats = yield stage.done
-        for inst in stage.instances.values():
-            if inst not in stage._retired:
-                self.ledger.release(inst.gpus, self._owner(stage, inst))
-        self.history.append(step)
-        self.rollout_done[j].succeed()
+        yield start
         if j > 0:
             yield self.synced[j - 1]
         owner = ("train", step.step)
         yield self.ledger.acquire(job.gpus, owner)
-        switch = 0.0
+        switch_in = switch_out = 0.0
         tps = [ri.tp for ri in plan.instances]
         rtp = max(tps) if tps else 1
         if plan.colocated:
-            d = self.costs.to_train_s(rtp, plan.train) * self.noise_xfer.factor()
-            yield env.timeout(d)
-            switch += d
+            switch_in = self.costs.to_train_s(rtp, plan.train) * self.noise_xfer.factor()
+            yield env.timeout(switch_in)
         self.running_job = job
         ts: TrainStats = yield env.process(job.run())
         self.running_job = None
         self.train_segments.extend(ts.segments)
         sync = 0.0
         if plan.colocated:
-            d = self.costs.to_rollout_s(rtp, plan.train) * self.noise_xfer.factor()
-            yield env.timeout(d)
-            switch += d
+            switch_out = self.costs.to_rollout_s(rtp, plan.train) * self.noise_xfer.factor()
+            yield env.timeout(switch_out)
         else:
             sync = self.costs.weight_sync_s(plan.train, tps) * self.noise_xfer.factor()
             yield env.timeout(sync)
@@ -261,8 +266,23 @@ class Simulator:
             self.ledger.transfer(loan.gpus, ("loan", id(job)), ("return", id(job)))
             ev = env.timeout(loan.return_s)
             ev.callbacks.append(lambda _e, g=loan.gpus, o=("return", id(job)): self.ledger.release(g, o))
+        return ts, switch_in, switch_out, sync
+
+    def _finish_step(
+        self, j: int, step: StepArrays, plan: Plan, stage: RolloutStage, job: TrainJob, lat: np.ndarray, mode: str,
+        train: simpy.Process | None,
+    ) -> Generator[Any, Any, None]:
+        rs: RolloutStats = yield stage.done
+        for inst in stage.instances.values():
+            if inst not in stage._retired:
+                self.ledger.release(inst.gpus, self._owner(stage, inst))
+        self.history.append(step)
+        self.rollout_done[j].succeed()
+        if train is None:
+            train = self.env.process(self._train(j, step, plan, job, self.rollout_done[j]))
+        ts, switch_in, switch_out, sync = yield train
         self.synced[j].succeed()
-        self._record(j, step, plan, rs, ts, lat, switch, sync)
+        self._record(j, step, plan, rs, ts, lat, switch_in, switch_out, sync)
         self._done += 1
         if self._progress:
             self._progress(self._done, len(self.steps))
@@ -271,7 +291,8 @@ class Simulator:
         return sum(max(0.0, min(b, t1) - max(a, t0)) * g for t0, t1, g in self.train_segments)
 
     def _record(
-        self, j: int, step: StepArrays, plan: Plan, rs: RolloutStats, ts: TrainStats, lat: np.ndarray, switch: float, sync: float
+        self, j: int, step: StepArrays, plan: Plan, rs: RolloutStats, ts: TrainStats, lat: np.ndarray, switch_in: float,
+        switch_out: float, sync: float,
     ) -> None:
         env = self.env
         n = self.cluster.n_gpus
@@ -279,11 +300,17 @@ class Simulator:
         bound = step_bound(step, lat, self.costs, tps or [1], plan.n_rollout_gpus)
         prev_end = self.metrics[j - 1].step_end_s if j > 0 and self.metrics[j - 1] else 0.0
         step_s = env.now - prev_end
-        train_window = env.now - ts.start_s + switch
-        # rollout busy time of the NEXT step overlapping this training window is not known yet;
-        # in sync mode there is none. In async mode it is pro-rated when that step ends.
+        switch = switch_in + switch_out
+        train_window = env.now - ts.start_s + switch_in
+        # Rollout busy GPU-seconds inside a training window are pro-rated over the rollout's
+        # window (instances do not record every interval): this step's own tail when streaming,
+        # the next step's rollout in async mode (subtracted when that step is recorded).
         idle_r = n * rs.makespan_s - rs.busy_gpu_s - self._overlap_train(rs.start_s, rs.end_s)
         idle_t = n * train_window - ts.busy_gpu_s
+        t_a = ts.start_s - switch_in
+        own = max(0.0, min(env.now, rs.end_s) - max(t_a, rs.start_s))  # streaming: this rollout's tail
+        if rs.makespan_s > 0 and own > 0:
+            idle_t -= rs.busy_gpu_s * own / rs.makespan_s
         if j > 0 and self.metrics[j - 1] is not None:
             # this rollout overlapped the previous training window: take its share back out
             pm = self.metrics[j - 1]
@@ -305,7 +332,7 @@ class Simulator:
             lower_bound_s=bound.bound_s,
             critical_path_s=bound.critical_path_s,
             work_bound_s=bound.work_s,
-            train_start_s=ts.start_s - (switch if plan.colocated else 0.0),
+            train_start_s=ts.start_s - switch_in,
             train_s=ts.duration_s,
             forward_s=ts.forward_s,
             update_s=ts.update_s,

@@ -84,6 +84,7 @@ class RolloutStage:
         record_gantt: bool = False,
         on_role_change: Callable[[RolloutStage, Instance, RoleChange], None] | None = None,
         training_state: Callable[[], tuple[bool, int]] | None = None,
+        on_group_done: Callable[[list[int]], None] | None = None,
     ) -> None:
         if kv_mode not in ("keep", "release"):
             raise ValueError(f"kv_mode must be 'keep' or 'release', got {kv_mode!r}")
@@ -98,6 +99,19 @@ class RolloutStage:
         self.record_gantt = record_gantt
         self._on_role_change = on_role_change
         self._training_state = training_state or (lambda: (False, 0))
+        self._on_group_done = on_group_done
+        # GRPO groups (a null group is a group of one), for streaming training
+        self._group_of: list[int] = []
+        self._group_rows: list[list[int]] = []
+        index: dict[object, int] = {}
+        for i, g in enumerate(step.groups):
+            key: object = g if g is not None else ("__row", i)
+            k = index.setdefault(key, len(index))
+            if k == len(self._group_rows):
+                self._group_rows.append([])
+            self._group_rows[k].append(i)
+            self._group_of.append(k)
+        self._group_left = [len(r) for r in self._group_rows]
         n = step.n
         # per-turn data as Python lists: the hot path indexes scalars, lists are fastest for that
         self._off = step.turn_offsets.tolist()
@@ -272,6 +286,10 @@ class RolloutStage:
             self._ctx[i] += self._ttok[row]
         self._finish[i] = now
         self._finished += 1
+        g = self._group_of[i]
+        self._group_left[g] -= 1
+        if self._group_left[g] == 0 and self._on_group_done is not None:
+            self._on_group_done(self._group_rows[g])
         row = self._off[i + 1] - 1
         oc = self._outc[row]
         self.sched.on_finish(self._obs(i, inst, trailing_tool, OUTCOMES[oc] if oc >= 0 and trailing_tool else None))

@@ -9,9 +9,15 @@ trained tokens (every trajectory's full context); ``seq_len`` their mean length.
 Joining (elastic pool): workers lent by rollout add whole data-parallel replicas (groups of
 ``tp * pp`` GPUs; leftover GPUs stay booked but idle). A **nonblocking** join loads its shard in
 the background (``role_change_s``) and takes part from the first segment boundary after the load
-ends; a **sync** join stops training at the next boundary while every worker re-shards (the same
-load time, paid by the whole job). Lent GPUs go back to rollout when the job ends, after loading
-the rollout weights again (``role_change_s`` once more, counted as a transition).
+ends; a **sync** join stops the whole job at the next boundary for the re-shard (the full load
+time, from that boundary: nothing overlaps it). Lent GPUs go back to rollout when the job ends,
+after loading the rollout weights again (``role_change_s`` once more, counted as a transition).
+
+Streaming (synchronous mode, ``--streaming``): a ``Feed`` hands the job its data as GRPO groups
+complete; segment ``m`` (forward and backward of one mini-batch, gradients accumulated, one
+optimizer step over all of them as in batch mode) starts once the first ``(m+1)/M`` of the
+step's trajectories have finished in whole groups. The rollout weights stay at the step's version
+until the sync after the last segment, so training stays on-policy.
 """
 
 from __future__ import annotations
@@ -34,10 +40,36 @@ class Loan:
     """GPUs lent to this job by the pool."""
 
     gpus: tuple[int, ...]
-    ready_s: float  # when their shard is loaded
+    lent_s: float
+    load_s: float  # shard load (nonblocking: in the background; sync: a pause of the whole job)
     sync: bool
     return_s: float = 0.0  # going back to rollout after the job: offload, reload rollout weights
     joined: bool = False
+
+
+class Feed:
+    """Streaming data for a training job: ``ready[m]`` fires when mini-batch ``m``'s groups have
+    all finished; ``share[m]`` is then its fraction of the step's trained tokens."""
+
+    def __init__(self, env: simpy.Environment, n_traj: int, total_tokens: float, mini_batches: int) -> None:
+        m = max(1, mini_batches)
+        self.thresholds = [-(-(k + 1) * n_traj // m) for k in range(m)]
+        self.ready = [env.event() for _ in range(m)]
+        self.share = [0.0] * m
+        self.total = max(float(total_tokens), 1.0)
+        self._done = 0
+        self._acc = 0.0
+        self._next = 0
+
+    def add(self, n_traj: int, tokens: float) -> None:
+        """A group of ``n_traj`` trajectories holding ``tokens`` trained tokens finished."""
+        self._done += n_traj
+        self._acc += tokens
+        while self._next < len(self.ready) and self._done >= self.thresholds[self._next]:
+            self.share[self._next] = self._acc / self.total
+            self._acc = 0.0
+            self.ready[self._next].succeed()
+            self._next += 1
 
 
 @dataclass
@@ -76,6 +108,7 @@ class TrainJob:
         noise: Noise,
         kl: bool,
         mini_batches: int = 4,
+        feed: Feed | None = None,
     ) -> None:
         if cfg.n_gpus > len(gpus):
             raise ValueError(f"training strategy needs {cfg.n_gpus} GPUs, given {len(gpus)}")
@@ -89,6 +122,7 @@ class TrainJob:
         self.noise = noise
         self.kl = kl
         self.mini_batches = max(1, mini_batches)
+        self.feed = feed
         self.loans: list[Loan] = []
         self.running = False
         self.stats = TrainStats(tokens=tokens, seq_len=self.seq_len)
@@ -101,16 +135,16 @@ class TrainJob:
     def lend(self, gpus: tuple[int, ...], load_s: float, sync: bool, return_s: float = 0.0) -> None:
         """The pool moves ``gpus`` here; they are usable after ``load_s`` of shard loading and
         take ``return_s`` to become rollout GPUs again once the job ends."""
-        self.loans.append(Loan(gpus, self.env.now + load_s, sync, return_s))
+        self.loans.append(Loan(gpus, self.env.now, load_s, sync, return_s))
 
     def _apply_joins(self) -> Generator[Any, Any, None]:
         """At a segment boundary: fold in loaned GPUs whose shard is ready (nonblocking), or
         stop for the re-shard (sync)."""
         now = self.env.now
-        ready = [l for l in self.loans if not l.joined and (l.sync or l.ready_s <= now)]
+        ready = [l for l in self.loans if not l.joined and (l.sync or l.lent_s + l.load_s <= now)]
         if not ready:
             return
-        wait = max((l.ready_s - now for l in ready if l.sync), default=0.0)
+        wait = max((l.load_s for l in ready if l.sync), default=0.0)
         if wait > 0:
             self.stats.pause_s += wait
             yield self.env.timeout(wait)
@@ -128,21 +162,31 @@ class TrainJob:
         st.start_s = env.now
         st.gpus_start = self.n_gpus
         self.running = True
-        yield from self._apply_joins()
-        fwd, _ = self.costs.train_stage_s(self.cfg, self.tokens, self.seq_len, self.kl)
-        t0 = env.now
-        d = fwd * self.noise.factor()
-        yield env.timeout(d)
-        st.forward_s = d
-        st.busy_gpu_s += d * self.cfg.n_gpus
-        st.segments.append((t0, env.now, self.cfg.n_gpus))
-        for _ in range(self.mini_batches):
+        if self.feed is None:
             yield from self._apply_joins()
-            _, upd = self.costs.train_stage_s(self.cfg, self.tokens, self.seq_len, self.kl)
+            fwd, _ = self.costs.train_stage_s(self.cfg, self.tokens, self.seq_len, self.kl)
             t0 = env.now
-            d = upd / self.mini_batches * self.noise.factor()
+            d = fwd * self.noise.factor()
             yield env.timeout(d)
-            st.update_s += d
+            st.forward_s = d
+            st.busy_gpu_s += d * self.cfg.n_gpus
+            st.segments.append((t0, env.now, self.cfg.n_gpus))
+        for m in range(self.mini_batches):
+            if self.feed is not None:
+                yield self.feed.ready[m]
+            yield from self._apply_joins()
+            fwd, upd = self.costs.train_stage_s(self.cfg, self.tokens, self.seq_len, self.kl)
+            f = self.noise.factor()
+            t0 = env.now
+            if self.feed is None:
+                d = upd / self.mini_batches * f
+                st.update_s += d
+            else:  # a streamed mini-batch: its own forward passes, then its backward
+                share = self.feed.share[m]
+                st.forward_s += fwd * share * f
+                st.update_s += upd * share * f
+                d = (fwd + upd) * share * f
+            yield env.timeout(d)
             st.busy_gpu_s += d * self.cfg.n_gpus
             st.segments.append((t0, env.now, self.cfg.n_gpus))
         st.end_s = env.now

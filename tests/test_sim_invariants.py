@@ -135,6 +135,9 @@ def test_ledger_refuses_double_booking() -> None:
         led.take((1, 2), "b")
     ev = led.acquire((1, 2), "b")
     assert not ev.triggered
+    # a later booking of free GPUs does not wait behind an earlier one it does not overlap
+    other = led.acquire((5, 6), "c")
+    assert other.triggered and led.owner[5] == "c"
     led.release((0, 1), "a")
     assert ev.triggered and led.owner[2] == "b"
 
@@ -154,3 +157,16 @@ def test_default_tool_latencies_fill_only_nulls() -> None:
     assert np.array_equal(lat, resolve_latencies(s, seed=3))
     t = make_step(0, 20, seed=8)
     assert np.array_equal(resolve_latencies(t, 3)[t.tool_code >= 0], t.tool_latency_s[t.tool_code >= 0])
+
+
+def test_streaming_starts_training_before_the_tail_ends_and_stays_whole() -> None:
+    steps = [make_step(s, 32, seed=9, turns=(1, 6)) for s in range(2)]
+    plain = _run(steps, FixedPolicy(simple_plan()), mode="sync", noise_sigma=0.0)[1]
+    _, res = _run(steps, FixedPolicy(simple_plan()), mode="sync", streaming=True, noise_sigma=0.0)
+    assert res.completed == res.expected
+    for m in res.steps:
+        assert m.train_start_s < m.rollout_start_s + m.rollout_makespan_s  # overlapped the tail
+    # the same work, so the same busy training time, finished no later
+    assert res.wall_s <= plain.wall_s + 1e-9
+    for a, b in zip(res.steps, plain.steps):
+        assert a.forward_s + a.update_s == pytest.approx(b.forward_s + b.update_s, rel=1e-9)

@@ -36,6 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", choices=("sync", "async"), default=None, help="RL loop mode (default: the policy's)")
     p.add_argument("--staleness", type=int, default=1, help="async mode: bounded staleness K (default 1)")
     p.add_argument("--kl", type=float, default=0.0, metavar="COEF", help="KL coefficient; > 0 adds the reference model's forward pass")
+    p.add_argument("--streaming", action="store_true", help="sync mode: train on completed GRPO groups while the rollout tail runs")
     p.add_argument("--tool-kv", choices=("keep", "release"), default="keep", help="KV of a trajectory during a tool call (default keep)")
     p.add_argument("--mini-batches", type=_positive_int, default=4, help="optimizer steps per RL step (gradient-accumulation boundaries)")
     p.add_argument("--steps", default=None, metavar="A:B", help="replay trace steps A..B-1 only")
@@ -162,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
     config = SimConfig(
         mode=args.mode, staleness=args.staleness, kl=args.kl, kv_mode=args.tool_kv, seed=args.seed,
         noise_sigma=args.noise, mini_batches=args.mini_batches, faults=_parse_faults(args.fail_gpu), gantt_step=gantt,
+        streaming=args.streaming,
     )
     pins = dict(split=_parse_split(args.split), rollout_tp=args.rollout_tp, train_tp=args.train_tp, train_pp=args.train_pp,
                 train_ep=args.train_ep, micro_batch=args.micro_batch)
