@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -61,9 +60,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _DECODER = json.JSONDecoder(parse_constant=NonFinite)
 _GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile, OSError)
 _PROGRESS_EVERY = 8192  # lines between progress callbacks
-_NAN = math.nan
-_OUTCOME_INDEX = {o: i for i, o in enumerate(OUTCOMES)}
-_FINISH_INDEX = {f: i for i, f in enumerate(FINISHES)}
+_OUTCOME_INDEX_NULL: dict[str | None, int] = {None: -1, **{o: i for i, o in enumerate(OUTCOMES)}}
+_FINISH_INDEX_NULL: dict[str | None, int] = {None: -1, **{f: i for i, f in enumerate(FINISHES)}}
 
 
 def _is_gzip(path: str) -> bool:
@@ -290,72 +288,56 @@ def _to_trajectory(obj: dict[str, Any]) -> Trajectory:
 
 
 class _StepBuilder:
-    """Accumulates validated records of one step straight into column lists (no Trajectory
-    objects in between: that is most of ``steps()``' speed)."""
+    """Accumulates validated records of one step and builds its ``StepArrays``.
+
+    Records are kept as parsed (their turn dicts flattened into one list, by reference) and each
+    column is then extracted with one list comprehension over all turns of the step: far fewer
+    Python operations per turn than appending field by field, and no ``Trajectory`` objects.
+    Pass 1 guarantees the keys exist and that a null ``tool`` has no tokens/latency/outcome.
+    """
 
     def __init__(self, step: int) -> None:
         self.step = step
-        self.ids: list[str] = []
-        self.groups: list[str | None] = []
-        self.prompt: list[int] = []
-        self.reward: list[float] = []
-        self.finish: list[int] = []
+        self.records: list[dict[str, Any]] = []
+        self.turns: list[dict[str, Any]] = []
         self.nturns: list[int] = []
-        self.gen: list[int] = []
-        self.ttok: list[int] = []
-        self.lat: list[float] = []
-        self.tcode: list[int] = []
-        self.ocode: list[int] = []
-        self.tools: dict[str, int] = {}
 
     def add(self, obj: dict[str, Any]) -> None:
-        self.ids.append(obj["id"])
-        self.groups.append(obj.get("group"))
-        self.prompt.append(obj["prompt_tokens"])
-        r = obj.get("reward")
-        self.reward.append(_NAN if r is None else r)
-        f = obj.get("finish")
-        self.finish.append(-1 if f is None else _FINISH_INDEX[f])
         turns = obj["turns"]
+        self.records.append(obj)
+        self.turns.extend(turns)
         self.nturns.append(len(turns))
-        gen, ttok, lat, tcode, ocode, tools = self.gen.append, self.ttok.append, self.lat.append, self.tcode.append, self.ocode.append, self.tools
-        for t in turns:
-            gen(t["gen_tokens"])
-            tool = t["tool"]
-            if tool is None:
-                ttok(0)
-                lat(_NAN)
-                tcode(-1)
-                ocode(-1)
-                continue
-            ttok(t.get("tool_tokens", 0))
-            x = t.get("tool_latency_s")
-            lat(_NAN if x is None else x)
-            c = tools.get(tool)
-            if c is None:
-                c = tools[tool] = len(tools)
-            tcode(c)
-            o = t.get("outcome")
-            ocode(-1 if o is None else _OUTCOME_INDEX[o])
+
+    @property
+    def n(self) -> int:
+        return len(self.records)
 
     def build(self) -> StepArrays:
-        n = len(self.ids)
+        recs, turns = self.records, self.turns
+        n = len(recs)
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(np.asarray(self.nturns, np.int64), out=offsets[1:])
+        names = [t["tool"] for t in turns]
+        tool_names = tuple(k for k in dict.fromkeys(names) if k is not None)  # first-seen order
+        tools: dict[str | None, int] = {None: -1, **{k: i for i, k in enumerate(tool_names)}}
+        tool_code = list(map(tools.__getitem__, names))
+        outcome_code = list(map(_OUTCOME_INDEX_NULL.__getitem__, [t.get("outcome") for t in turns]))
+        finish_code = list(map(_FINISH_INDEX_NULL.__getitem__, [r.get("finish") for r in recs]))
+        # None -> NaN happens in np.asarray(..., float64)
         return StepArrays(
             step=self.step,
-            ids=tuple(self.ids),
-            groups=tuple(self.groups),
-            prompt_tokens=np.asarray(self.prompt, np.int64),
+            ids=tuple([r["id"] for r in recs]),
+            groups=tuple([r.get("group") for r in recs]),
+            prompt_tokens=np.asarray([r["prompt_tokens"] for r in recs], np.int64),
             turn_offsets=offsets,
-            gen_tokens=np.asarray(self.gen, np.int64),
-            tool_tokens=np.asarray(self.ttok, np.int64),
-            tool_latency_s=np.asarray(self.lat, np.float64),
-            tool_code=np.asarray(self.tcode, np.int16),
-            outcome_code=np.asarray(self.ocode, np.int8),
-            reward=np.asarray(self.reward, np.float64),
-            finish_code=np.asarray(self.finish, np.int8),
-            tool_names=tuple(self.tools),
+            gen_tokens=np.asarray([t["gen_tokens"] for t in turns], np.int64),
+            tool_tokens=np.asarray([t.get("tool_tokens", 0) for t in turns], np.int64),
+            tool_latency_s=np.asarray([t.get("tool_latency_s") for t in turns], np.float64),
+            tool_code=np.asarray(tool_code, np.int16),
+            outcome_code=np.asarray(outcome_code, np.int8),
+            reward=np.asarray([r.get("reward") for r in recs], np.float64),
+            finish_code=np.asarray(finish_code, np.int8),
+            tool_names=tool_names,  # type: ignore[arg-type]
         )
 
 
@@ -555,7 +537,7 @@ class TraceReader:
                         if not raw or raw.isspace() or (first + j) in skip:
                             continue
                         builder.add(_DECODER.decode(raw.decode("utf-8")))
-                done += len(builder.ids)
+                done += builder.n
                 if self.progress is not None:
                     self.progress(done, total)
                 yield builder.build()
