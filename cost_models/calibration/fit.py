@@ -116,12 +116,32 @@ def affine_fit(x: np.ndarray, y: np.ndarray, slope_floor: float, intercept_floor
     return float(a_all[best]), float(c_all[best])
 
 
+def design_points(step: np.ndarray, latency_s: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One (heads, kv_heads, batch) cell's KV sweep on the measurement design's step grid.
+
+    The affine law is fitted to minimize the mean relative error over the KV lengths of the
+    design (log-spaced steps: every octave of KV weighs the same). A cell that misses some of
+    those steps (not measured, or held out by ``report``) gets them by interpolating log time
+    over log step between its own measured neighbours, inside its measured range only; so the
+    fit weighs the KV range the same whichever steps happen to be missing, instead of leaning
+    on the remaining points near a hole (in-sample fits are unchanged: a complete sweep has no
+    holes). Duplicated steps are averaged in log space."""
+    ls = np.log(step)
+    uniq, inv = np.unique(ls, return_inverse=True)
+    ly = np.bincount(inv, weights=np.log(latency_s)) / np.bincount(inv)
+    grid = np.log(steps)
+    grid = grid[(grid >= uniq[0] - 1e-12) & (grid <= uniq[-1] + 1e-12)]
+    pts = np.union1d(grid, uniq)
+    return np.exp(pts), np.exp(np.interp(pts, uniq, ly))
+
+
 def fit_attn_decode(frame: pd.DataFrame, roof: RooflineOperators) -> dict[str, Any]:
     peak_bw = roof.spec.hbm_bw
+    steps = np.unique(frame["step"].to_numpy(np.float64))
     rows = []
     for (h, kv, b), g in frame.groupby(["num_heads", "num_key_value_heads", "batch_size"], sort=True):
-        x = (g["batch_size"] * g["step"]).to_numpy(np.float64)
-        y = g["latency_s"].to_numpy(np.float64)
+        x, y = design_points(g["step"].to_numpy(np.float64), g["latency_s"].to_numpy(np.float64), steps)
+        x = x * float(b)
         # a KV token cannot stream faster than the datasheet bandwidth allows (a quarter of it
         # leaves room for L2 hits); the intercept is at least a kernel launch
         slope_floor = 0.25 * 2.0 * DTYPE_BYTES * HEAD_DIM * kv / peak_bw
