@@ -90,10 +90,9 @@ def main() -> int:
     for k in (1, 2, 4, 8):
         measure(f"{k * base.n} trajectories/step", [scaled(base, k, s) for s in range(3)], "verl-static-uniform", 48,
                 split=(24, 24), rollout_tp=4)
-    print("-- growth with GPUs (trajectories scale with GPUs: 512 per 48 GPUs, half rollout, TP 4, 2 steps)")
-    for gpus in (48, 192, 768, 4096):
-        k = max(1, round(gpus / 48))
-        measure(f"{gpus} GPUs, {k * base.n} trajectories/step", [scaled(base, k, s) for s in range(2)], "verl-static-uniform",
+    print("-- growth with GPUs (4096 trajectories/step, half the GPUs roll out at TP 4, 1 step)")
+    for gpus in (48, 512, 4096):
+        measure(f"{gpus} GPUs, {8 * base.n} trajectories/step", [scaled(base, 8, 0)], "verl-static-uniform",
                 gpus, split=(gpus // 2, gpus - gpus // 2), rollout_tp=4)
     return 0
 

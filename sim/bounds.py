@@ -80,18 +80,22 @@ def step_bound(step: StepArrays, latencies: np.ndarray, costs: SimCosts, tps: Se
     G = float(g.sum())
     mean_ctx = float(np.mean(total))
     new_total = float(new.sum())
+    memo = costs.memo
     for tp in usable:
-        base1, slope1 = costs.decode_coeffs(tp, 1)
-        pre = _vec(costs.ev.prefill_s, np.full(len(new), tp), np.maximum(new, 0), cached, np.ones(len(new), int))
-        pre[new == 0] = 0.0
-        turn_t = pre + g * base1 + slope1 * ctx_sum
-        path = np.bincount(owner, weights=turn_t, minlength=step.n) + tool_per_traj
+        key = ("path", id(step), step.step, step.n, tp, float(tool_per_traj.sum()))
+        path = memo.get(key)
+        if path is None:
+            base1, slope1 = costs.decode_coeffs(tp, 1)
+            pre = _vec(costs.ev.prefill_s, np.full(len(new), tp), np.maximum(new, 0), cached, np.ones(len(new), int))
+            pre[new == 0] = 0.0
+            turn_t = pre + g * base1 + slope1 * ctx_sum
+            path = memo[key] = np.bincount(owner, weights=turn_t, minlength=step.n) + tool_per_traj
         fits = total + 1 <= costs.kv_capacity(tp)
         best_path = np.where(fits, np.minimum(best_path, path), best_path)
         per_instance = -(-step.n // max(1, rollout_gpus // tp))
         B = int(max(1, min(costs.max_seqs(tp), costs.kv_capacity(tp) // max(mean_ctx, 1.0), per_instance)))
         baseB, slopeB = costs.decode_coeffs(tp, B)
-        per_tok_prefill = float(costs.ev.prefill_s(tp, 512, int(mean_ctx), 1)) / 512
+        per_tok_prefill = costs.prefill_batch_s(tp, [(512, int(mean_ctx))]) / 512
         work = tp * (G * baseB / B + slopeB * n_tokens_ctx + per_tok_prefill * new_total)
         best_work = min(best_work, work)
     crit = float(np.max(np.where(np.isfinite(best_path), best_path, np.nan))) if np.isfinite(best_path).any() else float("nan")

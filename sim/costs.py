@@ -46,6 +46,9 @@ class SimCosts:
         self._kv: dict[int, int] = {}
         self._seqs: dict[int, int] = {}
         self._prefill: dict[tuple[int, int, int, int], float] = {}
+        #: scratch memo for derived per-step quantities (e.g. ``sim.bounds`` critical paths);
+        #: keys name what they cache, values live as long as this object
+        self.memo: dict[tuple[object, ...], object] = {}
         self._strategy: dict[TrainConfig, Any] = {}
 
 

@@ -124,18 +124,13 @@ class RunResult:
         return [(s.step_end_s, s.mean_reward) for s in self.steps if np.isfinite(s.mean_reward)]
 
     def summary(self) -> dict[str, Any]:
-        """The per-policy object of ``--json`` (see the replay command's help)."""
+        """The per-policy object of ``--json``, exactly these keys (the CSV has everything)."""
         return {
             "throughput_tok_s": self.throughput_tok_s,
-            "trained_tok_s": self.trained_tok_s,
             "mean_step_s": self.mean_step_s,
-            "wall_s": self.wall_s,
-            "mode": self.mode,
             "rollout_makespan_s": [s.rollout_makespan_s for s in self.steps],
             "lower_bound_s": [s.lower_bound_s for s in self.steps],
             "train_s": [s.train_s for s in self.steps],
-            "step_s": [s.step_s for s in self.steps],
             "completed": self.completed,
             "expected": self.expected,
-            "notes": self.notes,
         }

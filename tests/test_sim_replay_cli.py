@@ -33,8 +33,7 @@ def test_replay_json_has_the_documented_shape(tmp_path: Path, capsys: pytest.Cap
     assert set(doc) == {"trace", "gpus", "gpu", "model", "policies"}
     assert doc["gpus"] == 16 and doc["gpu"] == "a800"
     p = doc["policies"]["verl-static-uniform"]
-    for key in ("throughput_tok_s", "mean_step_s", "rollout_makespan_s", "lower_bound_s", "train_s", "completed", "expected"):
-        assert key in p
+    assert set(p) == {"throughput_tok_s", "mean_step_s", "rollout_makespan_s", "lower_bound_s", "train_s", "completed", "expected"}
     assert p["completed"] == p["expected"] == 48
     assert len(p["rollout_makespan_s"]) == 2
     assert all(m >= lb * 0.9 for m, lb in zip(p["rollout_makespan_s"], p["lower_bound_s"]))
