@@ -283,7 +283,7 @@ def areal_static_optimal(cluster: ClusterSpec, **opts: Any) -> StaticPolicy:
     if not trace:
         raise UserError("areal-static-optimal searches in hindsight and needs the replayed trace (trace_steps)")
     return StaticPolicy("areal-static-optimal", cluster, _costs(cluster, opts), Pins.from_opts(opts), colocated=False, mode="async",
-                        staleness=int(opts.get("staleness", 1) or 1), kl=bool(opts.get("kl")), hindsight=trace,
+                        staleness=int(opts.get("staleness") or 1), kl=bool(opts.get("kl")), hindsight=trace,
                         seed=int(opts.get("seed", 0)))
 
 

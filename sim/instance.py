@@ -316,10 +316,8 @@ class Instance:
                         f"a sequence outgrew the KV cache of a TP={self.tp} instance ({self.capacity} tokens); "
                         "use a larger rollout TP"
                     )
-                # B == 1 and only pinned reservations stand in the way: step aside until the
-                # migration ends and its KV becomes evictable cache, then re-admit
-                self._preempt_newest()
-                continue
+                # preempt the newest (with B == 1 only pinned reservations stand in the way: it
+                # steps aside until the migration ends and that KV becomes evictable cache)
                 self._preempt_newest()
                 continue
             break

@@ -62,7 +62,7 @@ class SimConfig:
     """How to replay (everything but the policy and the trace)."""
 
     mode: str | None = None  # "sync" | "async" | None: the plan's own mode
-    staleness: int = 1
+    staleness: int | None = None  # async: None = the plan's max_staleness (at least 1)
     kl: float = 0.0
     kv_mode: str = "keep"
     seed: int = 0
@@ -79,7 +79,7 @@ class Simulator:
     def __init__(self, steps: Sequence[StepArrays], policy: Policy, cluster: ClusterSpec, costs: SimCosts, config: SimConfig) -> None:
         if config.mode not in (None, "sync", "async"):
             raise UserError(f"--mode must be sync or async, got {config.mode!r}")
-        if config.staleness < 0:
+        if config.staleness is not None and config.staleness < 0:
             raise UserError(f"--staleness must be >= 0, got {config.staleness}")
         if config.kv_mode not in ("keep", "release"):
             raise UserError(f"--tool-kv must be keep or release, got {config.kv_mode!r}")
@@ -160,7 +160,10 @@ class Simulator:
             plan = self.policy.plan(self.cluster, tuple(self.history), step.prompt_tokens.copy())
             mode = self.cfg.mode or plan.mode
             self.result.mode = mode
-            k = self.cfg.staleness if mode == "async" else 0
+            if mode == "async":
+                k = self.cfg.staleness if self.cfg.staleness is not None else max(1, plan.max_staleness)
+            else:
+                k = 0
             if j - 1 - k >= 0:
                 yield self.synced[j - 1 - k]
             if plan.colocated and mode == "async":

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the ground-truth noise and tool-latency draws")
     p.add_argument("--noise", type=float, default=0.03, help="sigma of the lognormal ground-truth noise (default 0.03; 0 = none)")
     p.add_argument("--mode", choices=("sync", "async"), default=None, help="RL loop mode (default: the policy's)")
-    p.add_argument("--staleness", type=int, default=1, help="async mode: bounded staleness K (default 1)")
+    p.add_argument("--staleness", type=int, default=None, help="async mode: bounded staleness K (default: the plan's, at least 1)")
     p.add_argument("--kl", type=float, default=0.0, metavar="COEF", help="KL coefficient; > 0 adds the reference model's forward pass")
     p.add_argument("--streaming", action="store_true", help="sync mode: train on completed GRPO groups while the rollout tail runs")
     p.add_argument("--tool-kv", choices=("keep", "release"), default="keep", help="KV of a trajectory during a tool call (default keep)")
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     from sim.policies import policy_names
     from sim.replay import load_steps, replay_policy
 
-    if args.staleness < 0:
+    if args.staleness is not None and args.staleness < 0:
         raise UserError("--staleness must be >= 0")
     if not (args.noise >= 0):
         raise UserError("--noise must be >= 0")
