@@ -1,6 +1,8 @@
 """Simulator performance: replay cost of the bundled SWE trace, and how it grows.
 
-Prints, for each measurement: wall seconds, simulated seconds per wall second, events
+Prints, for each measurement: CPU seconds of the replay (the figure to compare: on a shared
+machine wall time includes other jobs' time slices; the simulator is single-threaded, so CPU
+seconds are its one-core wall time), wall seconds, simulated seconds per CPU second, events
 (instance intervals + tool calls) per step, and peak RSS. Run on one core::
 
     taskset -c 0 .venv/bin/python benchmarks/sim_replay.py            # everything
@@ -59,16 +61,17 @@ def scaled(step: StepArrays, k: int, new_step: int) -> StepArrays:
 def measure(label: str, steps: list[StepArrays], policy: str, gpus: int, **pins: object) -> dict[str, float]:
     cluster = ClusterSpec(gpus, "a800", "qwen3-14b")
     costs = load_costs("a800", "qwen3-14b")
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     res = replay_policy(steps, policy, cluster, SimConfig(seed=0), costs=costs, **pins)
     wall = time.perf_counter() - t
+    cpu = time.process_time() - c
     events = sum(s.events for s in res.steps) / len(res.steps)
     row = {
-        "wall_s": wall, "sim_s_per_wall_s": res.wall_s / wall, "events_per_step": events,
+        "wall_s": wall, "cpu_s": cpu, "sim_s_per_cpu_s": res.wall_s / cpu, "events_per_step": events,
         "traj_per_step": sum(s.n for s in steps) / len(steps), "peak_rss_mb": peak_rss_mb(),
         "mean_step_s": res.mean_step_s,
     }
-    print(f"{label:<44} wall {wall:7.2f} s  sim/wall {row['sim_s_per_wall_s']:9.0f}  events/step {events:9.0f}  "
+    print(f"{label:<44} cpu {cpu:7.2f} s (wall {wall:6.1f})  simulated s per cpu s {row['sim_s_per_cpu_s']:7.0f}  events/step {events:8.0f}  "
           f"traj/step {row['traj_per_step']:7.0f}  peak RSS {row['peak_rss_mb']:6.0f} MB  step {res.mean_step_s:7.1f} s", flush=True)
     return row
 

@@ -25,14 +25,14 @@ step. Any of ``--split``, ``--rollout-tp``, ``--train-tp``, ``--train-pp``, ``--
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
-from libra.planner.decision_tree import DecisionTree
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, training_time_fn
 from libra.planner.packing import node_capacities, pack
 from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
 from libra.pool.base import PoolPolicy
@@ -122,33 +122,31 @@ class _Chooser:
         return cands
 
     def train_config(self, n_gpus: int, tokens: int, seq_len: int, seq_max: int) -> tuple[TrainConfig, float] | None:
-        """The fastest training strategy on ``n_gpus`` honouring the pins (None: none fits)."""
+        """The fastest training strategy on ``n_gpus`` honouring the pins (None: none fits).
+
+        Unpinned: the decision tree's best. Pinned: every fitting leaf of the tree (no
+        dominance pruning, a pinned shape may be one the tree would prune), filtered by the pins.
+        """
         p = self.pins
-        if any(v is not None for v in (p.train_tp, p.train_pp, p.train_ep)) and p.train_tp and p.train_pp:
-            tp, pp = p.train_tp, p.train_pp
-            if n_gpus % (tp * pp):
-                raise UserError(f"--train-tp {tp} x --train-pp {pp} does not divide the {n_gpus} training GPUs")
-            cfg = TrainConfig(tp=tp, pp=pp, dp=n_gpus // (tp * pp), ep=p.train_ep or 1, micro_batch=p.micro_batch or 1)
-            try:
-                rep = self.costs.ev.train_memory(self.costs.strategy(cfg), seq_max)
-            except Exception as exc:  # CostModelError: an invalid degree, named by the evaluator
-                raise UserError(f"pinned training strategy tp={tp} pp={pp}: {exc}") from exc
-            if not rep.fits:
-                raise UserError(f"pinned training strategy tp={tp} pp={pp} dp={cfg.dp}: {rep.summary()}")
-            f, u = self.costs.train_stage_s(cfg, tokens, seq_len, self.kl)
-            return cfg, f + u
-        res = self.tree.best(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))
-        for t, cfg in res.ranked:
-            if p.train_tp is not None and cfg.tp != p.train_tp:
-                continue
-            if p.train_pp is not None and cfg.pp != p.train_pp:
-                continue
-            if p.train_ep is not None and cfg.ep != p.train_ep:
-                continue
-            if p.micro_batch is not None:
-                cfg = replace(cfg, micro_batch=p.micro_batch)
-            return cfg, t
-        return None
+        pinned = any(v is not None for v in (p.train_tp, p.train_pp, p.train_ep, p.micro_batch))
+        if not pinned:
+            res = self.tree.best(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))
+            return (res.ranked[0][1], res.ranked[0][0]) if res.ranked else None
+        res = enumerate_strategies(
+            self.costs.ev, n_gpus, max(1, tokens // max(seq_len, 1)), max(seq_max, 1), self.cluster.gpus_per_node,
+            training_time_fn(self.costs.ev, tokens, max(seq_len, 1), self.kl), dominance=False,
+        )
+        for t, cfg in sorted(res.ranked, key=lambda r: r[0]):
+            if all(want is None or getattr(cfg, f) == want for f, want in
+                   (("tp", p.train_tp), ("pp", p.train_pp), ("ep", p.train_ep), ("micro_batch", p.micro_batch))):
+                return cfg, t
+        pins = ", ".join(f"{k}={v}" for k, v in (("tp", p.train_tp), ("pp", p.train_pp), ("ep", p.train_ep),
+                                                 ("micro_batch", p.micro_batch)) if v is not None)
+        fits = sorted({(c.tp, c.pp) for _, c in res.ranked})
+        raise UserError(
+            f"no training strategy with {pins} fits {n_gpus} GPUs for {self.cluster.model} on {self.cluster.gpu} "
+            f"({res.why_none() if not res.ranked else 'these tp x pp fit: ' + ', '.join(f'{a}x{b}' for a, b in fits)})"
+        )
 
     def no_fit_message(self, n_gpus: int, tokens: int, seq_len: int, seq_max: int) -> str:
         res = self.tree.best(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))

@@ -354,9 +354,11 @@ class Instance:
 
     def _schedule(self, dur: float) -> None:
         self._version += 1
-        v = self._version
-        ev = self.env.timeout(max(dur, 0.0))
-        ev.callbacks.append(lambda _e: self._end_interval(v))
+        ev = self.env.timeout(dur if dur > 0.0 else 0.0, self._version)
+        ev.callbacks.append(self._on_timer)
+
+    def _on_timer(self, ev: simpy.Event) -> None:
+        self._end_interval(ev.value)  # the value is the interval's version
 
     def iterations_done_by(self, elapsed: float) -> int:
         """Iterations of the current interval complete ``elapsed`` seconds after it started

@@ -1,0 +1,90 @@
+"""The paper's baselines: honest choice, pins, colocated switching, hindsight labelling."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.trace.columnar import StepArrays
+from sim.costs import load_costs
+from sim.loop import SimConfig
+from sim.policies import POLICY_NAMES, resolve
+from sim.replay import replay_policy
+from test_sim_support import make_step
+
+CLUSTER = ClusterSpec(16, "a800", "qwen3-14b")
+
+
+@pytest.fixture(scope="module")
+def costs():  # type: ignore[no-untyped-def]
+    return load_costs("a800", "qwen3-14b")
+
+
+def _longer(step: StepArrays, k: int) -> StepArrays:
+    """The same prompts, every generation ``k`` times longer (a different future)."""
+    return replace(step, gen_tokens=step.gen_tokens * k)
+
+
+def test_names_and_unknown_policy() -> None:
+    for n in ("verl-colocated", "verl-static-uniform", "areal-static-optimal"):
+        assert n in POLICY_NAMES
+    with pytest.raises(UserError, match="unknown policy"):
+        resolve("nope", CLUSTER)
+
+
+def test_static_uniform_never_looks_at_the_future(costs) -> None:  # type: ignore[no-untyped-def]
+    a = make_step(0, 32, seed=1)
+    b = _longer(a, 8)
+    pa = resolve("verl-static-uniform", CLUSTER, costs=costs).plan(CLUSTER, (), a.prompt_tokens)
+    pb = resolve("verl-static-uniform", CLUSTER, costs=costs).plan(CLUSTER, (), b.prompt_tokens)
+    assert pa == pb
+    assert "prior" in str(pa.notes["chosen_by"])
+    assert pa.mode == "sync" and not pa.colocated and len(pa.buckets) == 1
+    assert len({i.tp for i in pa.instances}) == 1
+
+
+def test_hindsight_baseline_says_so_and_uses_the_trace(costs) -> None:  # type: ignore[no-untyped-def]
+    steps = [make_step(s, 32, seed=2) for s in range(2)]
+    p = resolve("areal-static-optimal", CLUSTER, costs=costs, trace_steps=steps).plan(CLUSTER, (), steps[0].prompt_tokens)
+    assert "hindsight" in str(p.notes["chosen_by"]) and p.mode == "async" and p.max_staleness == 1
+    with pytest.raises(UserError, match="hindsight"):
+        resolve("areal-static-optimal", CLUSTER, costs=costs)
+
+
+def test_pins_are_honoured(costs) -> None:  # type: ignore[no-untyped-def]
+    s = make_step(0, 16, seed=3)
+    p = resolve("verl-static-uniform", CLUSTER, costs=costs, split=(8, 8), rollout_tp=2, train_tp=4, train_pp=1).plan(
+        CLUSTER, (), s.prompt_tokens)
+    assert (p.n_rollout_gpus, p.n_train_gpus) == (8, 8)
+    assert {i.tp for i in p.instances} == {2} and len(p.instances) == 4
+    assert (p.train.tp, p.train.pp, p.train.dp) == (4, 1, 2)
+    with pytest.raises(UserError, match="sum"):
+        resolve("verl-static-uniform", CLUSTER, costs=costs, split=(8, 4)).plan(CLUSTER, (), s.prompt_tokens)
+    with pytest.raises(UserError, match="rollout-tp"):
+        resolve("verl-static-uniform", CLUSTER, costs=costs, rollout_tp=3).plan(CLUSTER, (), s.prompt_tokens)
+
+
+def test_colocated_time_shares_every_gpu_and_pays_the_switch(costs) -> None:  # type: ignore[no-untyped-def]
+    steps = [make_step(s, 24, seed=4) for s in range(2)]
+    res = replay_policy(steps, "verl-colocated", CLUSTER, SimConfig(), costs=costs)
+    for m in res.steps:
+        assert m.n_rollout_gpus == m.n_train_gpus == 16
+        assert m.switch_s > 0 and m.sync_s == 0
+        assert m.completed == m.n_traj
+    # the next rollout waits for the switch back: stages never overlap
+    a, b = res.steps
+    assert b.rollout_start_s >= a.step_end_s - 1e-9
+    with pytest.raises(UserError, match="colocated"):
+        replay_policy(steps, "verl-colocated", CLUSTER, SimConfig(mode="async"), costs=costs)
+
+
+def test_makespan_is_never_below_the_critical_path(costs) -> None:  # type: ignore[no-untyped-def]
+    steps = [make_step(s, 24, seed=5, turns=(2, 6)) for s in range(2)]
+    res = replay_policy(steps, "verl-static-uniform", CLUSTER, SimConfig(noise_sigma=0.0), costs=costs)
+    for m in res.steps:
+        assert m.rollout_makespan_s >= m.critical_path_s * (1 - 1e-6)
+        assert np.isfinite(m.makespan_over_bound) and m.makespan_over_bound >= 1 - 1e-6
