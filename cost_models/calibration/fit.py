@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from cost_models.calibration import data as cdata
-from cost_models.calibration.grid import LogGrid, fill, make_monotone, mesh, place
+from cost_models.calibration.grid import LogGrid, axis_weights, fill, make_monotone, mesh, place
 from cost_models.calibration.store import Calibration
 from cost_models.errors import CostModelError
 from cost_models.hardware import GPUSpec, get_gpu
@@ -48,11 +48,13 @@ def log_table(
     monotone_axes: tuple[int, ...],
 ) -> LogGrid:
     """Rows -> monotone log-latency table. ``roof`` evaluates the roofline at grid nodes (one
-    array per axis); holes are filled in residual (measured / roofline) space."""
+    array per axis); holes are filled in residual (measured / roofline) space, each axis's
+    interpolation weighted by how well it predicts the known cells (``grid.axis_weights``)."""
     y = np.log(np.asarray(latency_s, dtype=np.float64))
     axes, table = place(coords, y)
     base = np.log(roof(*mesh(axes)))
-    residual = fill(axes, table - base)
+    residual = table - base
+    residual = fill(axes, residual, weights=axis_weights(axes, residual))
     if np.isnan(residual).any():
         raise CostModelError("a fitted table has cells no measurement reaches (no rows at all?)")
     return LogGrid(axes, make_monotone(base + residual, monotone_axes))
@@ -172,17 +174,88 @@ def fit_attn_decode(frame: pd.DataFrame, roof: RooflineOperators) -> dict[str, A
 MOE_KEYS = ("hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size")
 
 
+def moe_token_matrix(frame: pd.DataFrame) -> tuple[list[tuple[float, ...]], np.ndarray, np.ndarray]:
+    """(shapes, token axis, log-latency matrix shape x tokens with NaN where not measured)."""
+    keys = frame[list(MOE_KEYS)].to_numpy(np.float64)
+    shapes, sidx = np.unique(keys, axis=0, return_inverse=True)
+    tokens, tidx = np.unique(frame["num_tokens"].to_numpy(np.float64), return_inverse=True)
+    total = np.zeros((len(shapes), len(tokens)))
+    count = np.zeros_like(total)
+    np.add.at(total, (sidx.ravel(), tidx.ravel()), np.log(frame["latency_s"].to_numpy(np.float64)))
+    np.add.at(count, (sidx.ravel(), tidx.ravel()), 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mat = np.where(count > 0, total / np.maximum(count, 1.0), np.nan)
+    return [tuple(float(v) for v in row) for row in shapes], tokens, mat
+
+
+def _similar(mat: np.ndarray, known: np.ndarray, s: int, others: np.ndarray, count: int) -> np.ndarray:
+    """Indices (into ``np.flatnonzero(others)``) of the ``count`` shapes whose measured curves
+    run most parallel to shape ``s``'s (least spread of the log-time difference over the token
+    counts both measured)."""
+    both = known[others] & known[s]
+    diff = np.where(both, mat[others] - mat[s], np.nan)
+    with np.errstate(invalid="ignore"):
+        spread = np.nanstd(diff, axis=1)
+    spread = np.where(np.isnan(spread) | (both.sum(axis=1) < 2), np.inf, spread)
+    return np.argsort(spread, kind="stable")[:count]
+
+
+def fill_by_shape_curvature(tokens: np.ndarray, mat: np.ndarray, neighbours: int = 16) -> np.ndarray:
+    """Complete every measured shape's log-latency curve over the family's token axis.
+
+    MoE latency over tokens has a shape all model shapes share (expert weights dominate at few
+    tokens, compute at many) but no formula follows to a few percent, so the other shapes'
+    MEASURED curves carry it (the ``neighbours`` shapes whose curves run most parallel to this
+    one, median of their estimates; a fixed choice, not tuned on held-out rows):
+
+    - a token count missing between two measured ones: the straight log-log line between the
+      measured neighbours plus the median bend of the other curves away from that same line;
+    - below / above the measured range: the nearest measured value plus the median log step
+      of the other curves from that token count, kept monotone (never faster than a larger
+      token count, never slower than a smaller one).
+
+    The roofline carries the curve only beyond the family's token axis (``fitted.py``)."""
+    lx = np.log(tokens)
+    out = mat.copy()
+    known = ~np.isnan(mat)
+    for s in range(mat.shape[0]):
+        idx = np.flatnonzero(known[s])
+        if len(idx) == 0:
+            continue
+        for j in range(idx[0] + 1, idx[-1]):
+            if known[s, j]:
+                continue
+            lo = idx[idx < j][-1]
+            hi = idx[idx > j][0]
+            w = (lx[j] - lx[lo]) / (lx[hi] - lx[lo])
+            line = mat[s, lo] + w * (mat[s, hi] - mat[s, lo])
+            others = known[:, lo] & known[:, j] & known[:, hi]
+            others[s] = False
+            if others.any():
+                bend = mat[others, j] - (mat[others, lo] + w * (mat[others, hi] - mat[others, lo]))
+                line += float(np.median(bend[_similar(mat, known, s, others, neighbours)]))
+            out[s, j] = line
+        for direction, e, js in ((-1, idx[0], range(idx[0] - 1, -1, -1)),
+                                 (1, idx[-1], range(idx[-1] + 1, mat.shape[1]))):
+            for j in js:
+                others = known[:, e] & known[:, j]
+                others[s] = False
+                if not others.any():
+                    break  # no curve reaches this far: the roofline takes over (fitted.py)
+                step = mat[others, j] - mat[others, e]
+                val = out[s, e] + float(np.median(step[_similar(mat, known, s, others, neighbours)]))
+                prev = out[s, j - direction]
+                out[s, j] = min(val, prev) if direction < 0 else max(val, prev)
+    return out
+
+
 def fit_moe(frame: pd.DataFrame, roof: RooflineOperators) -> dict[str, Any]:
     configs = []
-    for key, g in frame.groupby(list(MOE_KEYS), sort=True):
-        hd, it, k, e, tp, ep = (float(v) for v in key)
-
-        def roof_tokens(x: np.ndarray, hd: float = hd, it: float = it, k: float = k, e: float = e,
-                        tp: float = tp, ep: float = ep) -> np.ndarray:
-            return roof.moe_s(x, hd, it, k, e, tp, ep)
-
-        grid = log_table(g[["num_tokens"]].to_numpy(np.float64), g["latency_s"].to_numpy(), roof_tokens, (0,))
-        configs.append({"shape": [hd, it, k, e, tp, ep], "grid": grid.to_json()})
+    shapes, tokens, mat = moe_token_matrix(frame)
+    filled = fill_by_shape_curvature(tokens, mat)
+    for s, key in enumerate(shapes):
+        sel = ~np.isnan(filled[s])
+        configs.append({"shape": list(key), "grid": LogGrid([tokens[sel]], make_monotone(filled[s, sel], (0,))).to_json()})
     return {"configs": configs, "rows": int(len(frame))}
 
 

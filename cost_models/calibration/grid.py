@@ -193,14 +193,84 @@ def _bracket(known: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     return left, right
 
 
-def fill(axes: Sequence[np.ndarray], residual: np.ndarray, max_rounds: int | None = None) -> np.ndarray:
-    """Fill NaN cells of ``residual``: average, over the axes where a cell has measured
-    neighbours on both sides, of the linear interpolation (in log axis) between them; cells with
-    neighbours on one side only take the nearest one's value once no two-sided estimate is left.
-    Repeats until every cell is filled (a table with no measured cell at all stays NaN)."""
+def axis_estimates(axes: Sequence[np.ndarray], residual: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Leave-one-out estimates of every known cell along each axis: the linear interpolation
+    (in log axis) between its nearest known neighbours strictly below and above it. Returns,
+    per axis, (estimate, valid) arrays of the table's shape (valid: both neighbours exist)."""
+    r = np.asarray(residual, dtype=np.float64)
+    known = ~np.isnan(r)
+    out = []
+    for d, a in enumerate(axes):
+        la = np.log(np.asarray(a, dtype=np.float64))
+        n = r.shape[d]
+        if n < 3:
+            out.append((np.full(r.shape, np.nan), np.zeros(r.shape, dtype=bool)))
+            continue
+        left, right = _bracket(known, d)
+        # strictly below / above: the bracket of the previous / next position
+        pad_l = np.full_like(np.take(left, [0], axis=d), -1)
+        pad_r = np.full_like(np.take(right, [0], axis=d), n)
+        left_x = np.concatenate([pad_l, np.take(left, range(n - 1), axis=d)], axis=d)
+        right_x = np.concatenate([np.take(right, range(1, n), axis=d), pad_r], axis=d)
+        valid = known & (left_x >= 0) & (right_x < n)
+        lc = np.clip(left_x, 0, n - 1)
+        rc = np.clip(right_x, 0, n - 1)
+        vl = np.take_along_axis(r, lc, axis=d)
+        vr = np.take_along_axis(r, rc, axis=d)
+        shape = [1] * r.ndim
+        shape[d] = n
+        x = la.reshape(shape)
+        xl, xr = la[lc], la[rc]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            w = np.where(xr > xl, (x - xl) / np.where(xr > xl, xr - xl, 1.0), 0.5)
+        out.append((np.where(valid, vl + w * (vr - vl), np.nan), valid))
+    return out
+
+
+def axis_weights(axes: Sequence[np.ndarray], residual: np.ndarray, floor: float = 0.02) -> np.ndarray | None:
+    """How much ``fill`` should trust each axis's interpolation, learned from the known cells
+    alone (leave-one-out, so a held-out row never informs it): the non-negative weights summing
+    to one whose combination of the per-axis estimates best predicts the known cells (least
+    squares, ``scipy.optimize.nnls``). Tables differ a lot here: a GEMM's time is smooth along
+    k but quantized along m and n, so its k-neighbours predict a cell better. Each weight is at
+    least ``floor`` (no axis is ignored outright). None (equal weights) when fewer than 20 known
+    cells per axis have an estimate on every axis."""
+    from scipy.optimize import nnls
+
+    ests = axis_estimates(axes, residual)
+    dims = [d for d, a in enumerate(axes) if len(a) >= 3]
+    if len(dims) < 2:
+        return None
+    valid = np.logical_and.reduce([ests[d][1] for d in dims])
+    if valid.sum() < 20 * len(dims):
+        return None
+    target = np.asarray(residual, dtype=np.float64)[valid]
+    design = np.column_stack([ests[d][0][valid] for d in dims])
+    lam = 10.0 * np.sqrt(len(target))  # soft sum-to-one row
+    w, _ = nnls(np.vstack([design, np.full(len(dims), lam)]), np.append(target, lam))
+    if not np.all(np.isfinite(w)) or w.sum() <= 0:
+        return None
+    w = np.maximum(w / w.sum(), floor)
+    full = np.ones(len(axes))
+    full[dims] = w / w.sum()
+    return full
+
+
+def fill(
+    axes: Sequence[np.ndarray],
+    residual: np.ndarray,
+    max_rounds: int | None = None,
+    weights: Sequence[float] | None = None,
+) -> np.ndarray:
+    """Fill NaN cells of ``residual``: weighted average (``weights`` per axis, equal when None),
+    over the axes where a cell has measured neighbours on both sides, of the linear
+    interpolation (in log axis) between them; cells with neighbours on one side only take the
+    nearest one's value once no two-sided estimate is left. Repeats until every cell is filled
+    (a table with no measured cell at all stays NaN)."""
     r = np.array(residual, dtype=np.float64)
     if np.all(np.isnan(r)):
         return r
+    wts = [1.0] * r.ndim if weights is None else [float(v) for v in weights]
     log_axes = [np.log(np.asarray(a, dtype=np.float64)) for a in axes]
     # each round fills at least every hole adjacent (along some axis) to a filled cell
     rounds = max_rounds if max_rounds is not None else int(sum(r.shape)) + 1
@@ -231,8 +301,8 @@ def fill(axes: Sequence[np.ndarray], residual: np.ndarray, max_rounds: int | Non
             with np.errstate(invalid="ignore", divide="ignore"):
                 w = np.where(xr > xl, (x - xl) / np.where(xr > xl, xr - xl, 1.0), 0.5)
             est = vl + w * (vr - vl)
-            two_sum += np.where(both, est, 0.0)
-            two_cnt += both
+            two_sum += np.where(both, est * wts[d], 0.0)
+            two_cnt += both * wts[d]
             one_l = missing & has_l & ~has_r
             one_r = missing & has_r & ~has_l
             one_sum += np.where(one_l, vl, 0.0) + np.where(one_r, vr, 0.0)

@@ -15,10 +15,13 @@ time), following the roofline's asymptotic shape:
   time of streaming the whole KV (``b * (c + s)`` tokens) once, as a decode step would;
 - decode attention: ``A(b, h, kv) + C(b, h, kv) * total_kv`` (affine in total_kv by
   construction); beyond the grid A and C follow the roofline's intercept and per-token parts;
-- MoE: a model shape that was not measured gets its own token table, built from the nearest
+- MoE: each measured shape's token table spans the family's token axis (counts it was not
+  measured at follow the other shapes' measured curves, see ``fit.fill_by_shape_curvature``);
+  a model shape that was not measured gets its own token table, built from the nearest
   measured shape (log distance over hidden, inter/tp, topk, experts/ep) times the roofline ratio
-  of the two shapes at each token count, then made monotone; beyond the largest measured token
-  count, the roofline ratio in tokens;
+  of the two shapes at each token count, then made monotone; beyond the table's token range
+  (either end), the roofline ratio in tokens (below it the expert-weight bytes shrink as fewer
+  experts are hit, so clamping would overstate a one-token call);
 - collectives: beyond the measured GPU counts and sizes, the measured time plus the roofline's
   extra time (``t(clamped) + roof(x) - roof(clamped)``), which is non-decreasing in bytes;
   inter-node collectives other than all-reduce (not measured) get a table derived from the
