@@ -115,3 +115,20 @@ def test_reward_and_latency_ints_read_as_floats(tmp_path: Path) -> None:
                  '{"gen_tokens":1,"tool":null}],"reward":1}\n')
     (t,) = read_trajectories(p)
     assert type(t.reward) is float and type(t.turns[0].tool_latency_s) is float
+
+
+def test_numpy_scalars_are_written_as_plain_numbers(tmp_path: Path) -> None:
+    p = tmp_path / "t.jsonl"
+    t = Trajectory("a", np.int64(2), np.int32(7), (Turn(np.int64(3), "bash", np.float32(0.5), np.int64(4), "ok"),
+                                                   Turn(np.int16(1), None)), reward=np.float64(1.0))  # type: ignore[arg-type]
+    write_trace(p, [t])
+    (back,) = read_trajectories(p)
+    assert back == Trajectory("a", 2, 7, (Turn(3, "bash", 0.5, 4, "ok"), Turn(1, None)), reward=1.0)
+    assert type(back.step) is int and type(back.turns[0].gen_tokens) is int
+
+
+def test_writer_onto_a_directory_is_user_error(tmp_path: Path) -> None:
+    (tmp_path / "d.jsonl").mkdir()
+    with pytest.raises(UserError, match="cannot write trace"):
+        write_trace(tmp_path / "d.jsonl", [Trajectory("a", 0, 1, (Turn(1, None),))])
+    assert sorted(os.listdir(tmp_path)) == ["d.jsonl"]

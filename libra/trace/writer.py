@@ -19,9 +19,22 @@ from array import array
 from collections.abc import Iterable
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from libra.errors import TraceError, UserError
 from libra.trace.records import FORMAT_NAME, TraceHeader, Trajectory, Turn
 from libra.trace.validate import HEADER_KEYS, R_DUPLICATE, RuleViolation, check_trajectory, parse_header
+
+def _i(v: Any) -> Any:
+    """NumPy integer scalars (common in generators) as Python ints; anything else unchanged, so
+    that validation reports it (a float or bool where an int belongs is an error, not rounded)."""
+    return v if type(v) is int else int(v) if isinstance(v, np.integer) else v
+
+
+def _f(v: Any) -> Any:
+    """NumPy float scalars as Python floats; anything else unchanged."""
+    return float(v) if isinstance(v, (np.floating, np.integer)) else v
+
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 #: Compression level for ``.gz`` output: 6 is zlib's default, near 9's ratio at a third of the time.
@@ -33,20 +46,20 @@ def turn_to_dict(turn: Turn) -> dict[str, Any]:
     ``tool: null`` alone: the spec says absent ``tool_tokens`` is 0 and absent
     ``tool_latency_s``/``outcome`` are null, so that is the whole truth, in fewer bytes."""
     if turn.tool is None:
-        d: dict[str, Any] = {"gen_tokens": turn.gen_tokens, "tool": None}
+        d: dict[str, Any] = {"gen_tokens": _i(turn.gen_tokens), "tool": None}
         # Keep values the rules forbid, so that validation names them instead of dropping them.
         if turn.tool_latency_s is not None:
-            d["tool_latency_s"] = turn.tool_latency_s
-        if turn.tool_tokens != 0:
-            d["tool_tokens"] = turn.tool_tokens
+            d["tool_latency_s"] = _f(turn.tool_latency_s)
+        if turn.tool_tokens != 0 or type(turn.tool_tokens) is not int:
+            d["tool_tokens"] = _i(turn.tool_tokens)
         if turn.outcome is not None:
             d["outcome"] = turn.outcome
         return d
     return {
-        "gen_tokens": turn.gen_tokens,
+        "gen_tokens": _i(turn.gen_tokens),
         "tool": turn.tool,
-        "tool_latency_s": turn.tool_latency_s,
-        "tool_tokens": turn.tool_tokens,
+        "tool_latency_s": _f(turn.tool_latency_s),
+        "tool_tokens": _i(turn.tool_tokens),
         "outcome": turn.outcome,
     }
 
@@ -60,11 +73,11 @@ def trajectory_to_dict(t: Trajectory) -> dict[str, Any]:
     return {
         "type": "trajectory",
         "id": t.id,
-        "step": t.step,
+        "step": _i(t.step),
         "group": t.group,
-        "prompt_tokens": t.prompt_tokens,
+        "prompt_tokens": _i(t.prompt_tokens),
         "turns": [turn_to_dict(turn) for turn in t.turns],
-        "reward": t.reward,
+        "reward": _f(t.reward),
         "finish": t.finish,
     }
 
@@ -156,7 +169,10 @@ def write_trace(
         if dups:
             d = dups[0]
             raise TraceError(dest, d.line, "id", f"{R_DUPLICATE} (id {d.id!r} also on line {d.first_line})")
-        os.replace(tmp_path, dest)
+        try:
+            os.replace(tmp_path, dest)
+        except OSError as exc:
+            raise UserError(f"cannot write trace {dest}: {exc.strerror}") from None
     except BaseException:
         try:
             os.unlink(tmp_path)
