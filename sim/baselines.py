@@ -6,15 +6,17 @@
 * ``verl-static-uniform``: a fixed split of the cluster between rollout (uniform TP instances,
   least-loaded routing) and training, synchronous.
 * ``areal-static-optimal``: the best fixed split and TP **in hindsight**: it is handed the whole
-  replayed trace and searches every (split, TP) with the cost model on the true trajectories,
-  then runs asynchronously with staleness 1. It is an upper bound on what static tuning can do,
+  replayed trace, ranks every (split, TP) with the cost model on the true trajectories, replays
+  the best few on a sample of the trace's steps (noise off) and keeps the fastest, then runs
+  asynchronously with staleness 1. It is an upper bound on what static tuning can do,
   not something a real run could know in advance, and it says so in its plan notes.
 
 How the honest baselines choose (once, at their first plan, then fixed): they know the first
 step's prompt lengths and nothing else, so they assume a **length prior** for the rest of each
-trajectory (``prior_gen_tokens`` generated over ``prior_turns`` turns, ``prior_tool_tokens``
-returned per tool call, ``prior_tool_s`` per call; defaults below, the kind of numbers a verl
-user writes in a config: max response length 8K, a handful of tool calls). For each candidate
+trajectory (``PRIOR_GEN_TOKENS`` generated over ``PRIOR_TURNS`` turns, ``PRIOR_TOOL_TOKENS``
+returned per tool call, ``PRIOR_TOOL_S`` per call, contexts up to ``PRIOR_MAX_CONTEXT``; the kind
+of numbers a verl user writes in a config). Only rollout TPs whose KV cache holds the max context
+are candidates (vLLM refuses a ``max_model_len`` above its KV capacity). For each candidate
 (rollout GPUs in multiples of a node, every valid rollout TP) they predict the rollout with the
 makespan lower bound of ``sim.bounds`` applied to the prior step and the training with the
 policy core's decision tree (``libra.planner.decision_tree``), and pick the fastest synchronous
@@ -25,7 +27,7 @@ step. Any of ``--split``, ``--rollout-tp``, ``--train-tp``, ``--train-pp``, ``--
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +51,13 @@ PRIOR_GEN_TOKENS = 8192
 PRIOR_TURNS = 8
 PRIOR_TOOL_TOKENS = 512
 PRIOR_TOOL_S = 2.0
+#: The honest baselines' max context (verl's ``max_prompt_length + max_response_length`` of a
+#: typical agentic config): like vLLM, which refuses a ``max_model_len`` above its KV capacity,
+#: they only consider rollout TPs whose KV cache holds this much.
+PRIOR_MAX_CONTEXT = 32768
+#: The hindsight baseline replays this many best-estimated configurations on this many steps.
+HINDSIGHT_SHORTLIST = 4
+HINDSIGHT_STEPS = 4
 
 
 @dataclass(frozen=True)
@@ -101,8 +110,13 @@ class _Chooser:
         self.tree = DecisionTree(costs.ev, cluster.gpus_per_node, kl=kl)
         self.kl = kl
 
-    def rollout_tps(self) -> list[int]:
+    def rollout_tps(self, max_context: int) -> list[int]:
+        """Rollout TPs to consider: valid, and (unless pinned) holding ``max_context`` tokens of
+        KV; the largest valid TP if none does."""
         tps = [t for t in self.costs.ev.valid_rollout_tps() if t <= self.cluster.gpus_per_node]
+        if self.pins.rollout_tp is None and tps:
+            holding = [t for t in tps if self.costs.kv_capacity(t) >= max_context + 1]
+            tps = holding or [max(tps)]
         if self.pins.rollout_tp is not None:
             if self.pins.rollout_tp not in tps:
                 raise UserError(f"--rollout-tp {self.pins.rollout_tp} is not usable for {self.cluster.model} on {self.cluster.gpu}; valid: {tps}")
@@ -200,13 +214,16 @@ class StaticPolicy:
         if self.hindsight is not None:
             steps = [(s, resolve_latencies(s, self.seed)) for s in self.hindsight]
             basis = "hindsight: searched over the whole replayed trace"
+            max_context = max(int(s.total_tokens.max()) for s, _ in steps if s.n)
         else:
             ps = prior_step(prompt_tokens)
             steps = [(ps, resolve_latencies(ps, self.seed))]
-            basis = f"first step's prompts + length prior ({PRIOR_GEN_TOKENS} gen tokens over {PRIOR_TURNS} turns)"
+            basis = (f"first step's prompts + length prior ({PRIOR_GEN_TOKENS} gen tokens over {PRIOR_TURNS} turns, "
+                     f"max context {PRIOR_MAX_CONTEXT})")
+            max_context = max(PRIOR_MAX_CONTEXT, int(prompt_tokens.max()) if len(prompt_tokens) else 0)
         tokens, seq_len, seq_max = _train_shape([s for s, _ in steps])
         n = self.cluster.n_gpus
-        best: tuple[float, int, int, TrainConfig, float, float] | None = None
+        cands: list[tuple[float, int, int, TrainConfig, float, float]] = []
         splits = [n] if self.colocated else ch.splits()
         tried: list[str] = []
         for r in splits:
@@ -216,24 +233,27 @@ class StaticPolicy:
                 tried.append(f"{r}:{t_gpus} ({ch.no_fit_message(t_gpus, tokens, seq_len, seq_max)})")
                 continue
             cfg, train_s = tc
-            for tp in ch.rollout_tps():
+            for tp in ch.rollout_tps(max_context):
                 if r % tp:
                     continue
                 roll = ch.rollout_estimate(steps, tp, r) / len(steps)
-                if self.mode == "async":
-                    step_s = max(roll, train_s)
-                else:
-                    step_s = roll + train_s
+                step_s = max(roll, train_s) if self.mode == "async" else roll + train_s
                 if self.colocated:
                     step_s += self.costs.to_train_s(tp, cfg) + self.costs.to_rollout_s(tp, cfg)
-                if best is None or step_s < best[0]:
-                    best = (step_s, r, tp, cfg, roll, train_s)
-        if best is None:
+                cands.append((step_s, r, tp, cfg, roll, train_s))
+        if not cands:
             raise UserError(
                 f"{self.name}: no training strategy fits {self.cluster.model} on {self.cluster.gpu} for any split "
                 f"({'; '.join(tried[:3])}); use more GPUs or a larger-memory GPU"
             )
-        step_s, r, tp, cfg, roll, train_s = best
+        cands.sort(key=lambda c: (c[0], c[1], c[2]))
+        plans = [self._plan_for(*c, basis=basis) for c in cands]
+        if self.hindsight is None or len(plans) == 1:
+            return plans[0]
+        return self._replay_shortlist(plans)
+
+    def _plan_for(self, step_s: float, r: int, tp: int, cfg: TrainConfig, roll: float, train_s: float, basis: str) -> Plan:
+        n = self.cluster.n_gpus
         return Plan(
             n_rollout_gpus=r,
             n_train_gpus=n if self.colocated else n - r,
@@ -246,8 +266,53 @@ class StaticPolicy:
             predicted_rollout_s=roll,
             predicted_train_s=train_s,
             predicted_step_s=step_s,
-            notes={"policy": self.name, "chosen_by": basis, "rollout_tp": tp, "split": f"{r}:{n - r}" if not self.colocated else f"{n} colocated"},
+            notes={"policy": self.name, "chosen_by": basis, "rollout_tp": tp,
+                   "split": f"{r}:{n - r}" if not self.colocated else f"{n} colocated"},
         )
+
+    def _replay_shortlist(self, plans: list[Plan]) -> Plan:
+        """Hindsight only: replay the ``HINDSIGHT_SHORTLIST`` best-estimated plans on up to
+        ``HINDSIGHT_STEPS`` evenly spaced steps of the trace and keep the fastest. The estimate
+        (a lower bound) misses the long tail's slow batches, which is what separates close
+        configurations; replaying them is the hindsight search an AReaL user tuning offline
+        would do."""
+        from sim.loop import SimConfig, Simulator
+
+        trace = self.hindsight or []
+        k = min(HINDSIGHT_STEPS, len(trace))
+        sample = [trace[round(i * (len(trace) - 1) / max(k - 1, 1))] for i in range(k)] if k > 1 else trace[:1]
+        best: tuple[float, int, Plan] | None = None
+        for idx, plan in enumerate(plans[:HINDSIGHT_SHORTLIST]):
+            sim = Simulator(sample, _FixedPlan(plan), self.cluster, self.costs,
+                            SimConfig(mode=plan.mode, staleness=self.staleness, seed=self.seed, noise_sigma=0.0))
+            t = sim.run().wall_s
+            if best is None or t < best[0]:
+                best = (t, idx, plan)
+        assert best is not None
+        plan = best[2]
+        notes = dict(plan.notes)
+        notes["chosen_by"] = (f"hindsight: {HINDSIGHT_SHORTLIST} best-estimated (split, TP) over the whole trace, "
+                              f"replayed on {len(sample)} of its steps")
+        return replace(plan, notes=notes)
+
+
+class _FixedPlan:
+    """The same plan every step, least-loaded routing, no pool (for the hindsight replays)."""
+
+    sees_future = False
+
+    def __init__(self, plan: Plan) -> None:
+        self.name = "hindsight-candidate"
+        self._plan = plan
+
+    def plan(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
+        return self._plan
+
+    def scheduler(self, plan: Plan, future: StepArrays | None = None) -> RolloutScheduler:
+        return LeastLoadedRouter(plan)
+
+    def pool(self, plan: Plan) -> PoolPolicy | None:
+        return None
 
 
 def _costs(cluster: ClusterSpec, opts: dict[str, Any]) -> SimCosts:
