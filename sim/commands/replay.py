@@ -29,7 +29,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", default=None, help="GPU catalog name (default: the trace header's hint, else a800)")
     p.add_argument("--model", default=None, help="model catalog name or config.json (default: the trace header's hint)")
     p.add_argument("--policy", default=None, help="policy name (default: libra if available, else verl-static-uniform)")
-    p.add_argument("--compare", action="store_true", help="replay every known policy on the same trace")
+    p.add_argument("--compare", action="store_true",
+                   help="replay every known policy on the same trace (a policy that cannot run is reported, the rest go on; exit 1)")
     p.add_argument("--policies", default=None, help="with --compare: a comma-separated subset")
     p.add_argument("--seed", type=int, default=0, help="seed of the ground-truth noise and tool-latency draws")
     p.add_argument("--noise", type=float, default=0.03, help="sigma of the lognormal ground-truth noise (default 0.03; 0 = none)")
@@ -168,11 +169,23 @@ def run(args: argparse.Namespace) -> int:
     pins = dict(split=_parse_split(args.split), rollout_tp=args.rollout_tp, train_tp=args.train_tp, train_pp=args.train_pp,
                 train_ep=args.train_ep, micro_batch=args.micro_batch)
     pins = {k: v for k, v in pins.items() if v is not None}
+    from cost_models.errors import CostModelError
+
     results = []
+    failed: list[str] = []
     with _Progress() as prog:
         for name in chosen:
             cb = prog.task(name, len(steps))
-            results.append(replay_policy(steps, name, cluster, config, costs=costs, progress=cb, **pins))
+            try:
+                results.append(replay_policy(steps, name, cluster, config, costs=costs, progress=cb, **pins))
+            except (UserError, CostModelError) as exc:
+                if not args.compare:
+                    raise
+                # one policy that cannot run this configuration must not hide the others
+                print(f"libra-sim: policy {name}: {exc}", file=sys.stderr)
+                failed.append(name)
+    if not results:
+        raise UserError(f"no policy could replay this trace ({', '.join(failed)}); see the messages above")
     console = Console() if sys.stdout.isatty() else Console(width=200)
     n_traj = sum(s.n for s in steps)
     title = f"{os.path.basename(args.trace)}: {len(steps)} steps, {n_traj} trajectories, {args.gpus} x {gpu}, {model}, seed {args.seed}"
@@ -190,4 +203,4 @@ def run(args: argparse.Namespace) -> int:
         report.write_csv(os.path.join(args.out, "steps.csv"), results)
         paths = report.write_plots(args.out, results)
         console.print(f"wrote {os.path.join(args.out, 'steps.csv')} and {', '.join(os.path.basename(p) for p in paths)}")
-    return 0
+    return 1 if failed else 0
