@@ -51,13 +51,14 @@ def steps_table(result: RunResult) -> Any:
 
     t = Table(title=f"{result.policy}: per step", title_justify="left")
     for col in ("step", "rollout s", "LB s", "ratio", "train s", "sync/switch s", "step s", "gen tok/s",
-                "idle GPU-s roll", "idle GPU-s train", "preempt", "migr", "reward"):
+                "idle GPU-s roll", "idle GPU-s train", "preempt", "migr", "lent", "fault req", "reward"):
         t.add_column(col, justify="right")
     for s in result.steps:
         t.add_row(
             str(s.step), _fmt(s.rollout_makespan_s), _fmt(s.lower_bound_s), _fmt(s.makespan_over_bound, 2), _fmt(s.train_s),
             _fmt(s.sync_s + s.switch_s), _fmt(s.step_s), _fmt(s.gen_tok_s, 0), _fmt(s.idle_gpu_s_rollout, 0),
-            _fmt(s.idle_gpu_s_train, 0), str(s.preemptions), str(s.migrations), _fmt(s.mean_reward, 3),
+            _fmt(s.idle_gpu_s_train, 0), str(s.preemptions), str(s.migrations), str(s.role_changes), str(s.fault_requeued),
+            _fmt(s.mean_reward, 3),
         )
     return t
 
