@@ -8,8 +8,10 @@ system could answer at each moment (``TrajectoryObservation`` carries no future)
 * admission: ``scheduler.admit(obs)`` then ``scheduler.choose_instance(bucket, loads)``;
 * tool call: ``scheduler.on_tool_return(obs)`` is asked **when the call starts**, because that
   is the only moment a KV migration can overlap the tool (the spec's rule: a tool that returns
-  before its migration ends waits). The observation then carries the context so far, the tool
-  being called and ``last_outcome=None`` (the outcome is not known yet);
+  before its migration ends waits). The observation then carries the context so far,
+  ``last_tool`` = the tool being called (so a router can weigh its expected latency against the
+  migration) and ``last_outcome`` = the outcome of the *previous* call (None before the first):
+  this call's outcome is not known until it returns;
 * finish: ``scheduler.on_finish(obs)`` with the final context and the last outcome.
 
 KV of a trajectory in a tool call is kept (cached on its instance, evictable under pressure)
@@ -233,7 +235,8 @@ class RolloutStage:
             ev = self.env.timeout(lat)
             ev.callbacks.append(lambda _e: self._finish_traj(i, None, tool))
             return
-        route = self.sched.on_tool_return(self._obs(i, inst, tool, None))
+        prev = self._outc[row - 1] if k > 0 else -1
+        route = self.sched.on_tool_return(self._obs(i, inst, tool, OUTCOMES[prev] if prev >= 0 else None))
         b = self._check_bucket(route.bucket)
         self._bucket[i] = b
         ready = now + lat

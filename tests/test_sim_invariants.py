@@ -170,3 +170,45 @@ def test_streaming_starts_training_before_the_tail_ends_and_stays_whole() -> Non
     assert res.wall_s <= plain.wall_s + 1e-9
     for a, b in zip(res.steps, plain.steps):
         assert a.forward_s + a.update_s == pytest.approx(b.forward_s + b.update_s, rel=1e-9)
+
+
+def test_router_observations_hold_only_the_past() -> None:
+    from libra.trace.records import OUTCOMES
+    from test_sim_support import OneBucketRouter
+
+    step = make_step(0, 20, seed=10, turns=(2, 6))
+    seen: list[tuple[str, object]] = []
+
+    class Spy(OneBucketRouter):
+        def admit(self, obs):  # type: ignore[no-untyped-def]
+            seen.append(("admit", obs))
+            return super().admit(obs)
+
+        def on_tool_return(self, obs):  # type: ignore[no-untyped-def]
+            seen.append(("tool", obs))
+            return super().on_tool_return(obs)
+
+        def on_finish(self, obs):  # type: ignore[no-untyped-def]
+            seen.append(("finish", obs))
+            super().on_finish(obs)
+
+    pol = FixedPolicy(simple_plan())
+    pol.scheduler = lambda plan, future=None: Spy()  # type: ignore[method-assign]
+    _run([step], pol)
+    off = step.turn_offsets
+    for kind, obs in seen:
+        i = obs.index
+        rows = range(off[i], off[i + 1])
+        if kind == "admit":
+            assert obs.context_tokens == step.prompt_tokens[i] and obs.turns_done == 0 and obs.last_outcome is None
+        elif kind == "tool":
+            k = obs.turns_done - 1  # the turn that just ended with this call
+            r = rows[k]
+            ctx = step.prompt_tokens[i] + sum(step.gen_tokens[x] + step.tool_tokens[x] for x in rows[:k]) + step.gen_tokens[r]
+            assert obs.context_tokens == ctx  # this call's returned tokens are not known yet
+            assert obs.last_tool == step.tool_names[step.tool_code[r]]
+            prev = step.outcome_code[r - 1] if k > 0 else -1
+            assert obs.last_outcome == (OUTCOMES[prev] if prev >= 0 else None)
+        else:
+            assert obs.context_tokens == step.total_tokens[i] and obs.turns_done == step.n_turns[i]
+    assert sum(k == "finish" for k, _ in seen) == step.n
