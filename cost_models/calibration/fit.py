@@ -133,32 +133,39 @@ def affine_fit(x: np.ndarray, y: np.ndarray, slope_floor: float, intercept_floor
     return float(a_all[best]), float(c_all[best])
 
 
-def design_points(step: np.ndarray, latency_s: np.ndarray, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One (heads, kv_heads, batch) cell's KV sweep on the measurement design's step grid.
+def decode_design(frame: pd.DataFrame) -> tuple[np.ndarray, list[tuple[float, float, float]], np.ndarray]:
+    """Each (heads, kv_heads, batch) cell's KV sweep on the measurement design's step grid:
+    (steps, cells, log-latency matrix cells x steps, NaN outside each cell's measured range).
 
     The affine law is fitted to minimize the mean relative error over the KV lengths of the
     design (log-spaced steps: every octave of KV weighs the same). A cell that misses some of
-    those steps (not measured, or held out by ``report``) gets them by interpolating log time
-    over log step between its own measured neighbours, inside its measured range only; so the
-    fit weighs the KV range the same whichever steps happen to be missing, instead of leaning
-    on the remaining points near a hole (in-sample fits are unchanged: a complete sweep has no
-    holes). Duplicated steps are averaged in log space."""
-    ls = np.log(step)
-    uniq, inv = np.unique(ls, return_inverse=True)
-    ly = np.bincount(inv, weights=np.log(latency_s)) / np.bincount(inv)
-    grid = np.log(steps)
-    grid = grid[(grid >= uniq[0] - 1e-12) & (grid <= uniq[-1] + 1e-12)]
-    pts = np.union1d(grid, uniq)
-    return np.exp(pts), np.exp(np.interp(pts, uniq, ly))
+    those steps inside its measured range (not measured, or held out by ``report``) gets them
+    from its measured neighbours and the bend of the most parallel measured cells
+    (``fill_by_shape_curvature``: the launch-bound plateau turns into the bandwidth-bound line
+    at similar KV for similar cells), so the fit weighs the KV range the same whichever steps
+    happen to be missing instead of leaning on the points next to a hole. The range is not
+    extended: a complete sweep is fitted on exactly its measurements."""
+    steps = np.unique(frame["step"].to_numpy(np.float64))
+    groups = list(frame.groupby(["num_heads", "num_key_value_heads", "batch_size"], sort=True))
+    total = np.zeros((len(groups), len(steps)))
+    count = np.zeros_like(total)
+    for i, (_, g) in enumerate(groups):
+        j = np.searchsorted(steps, g["step"].to_numpy(np.float64))
+        np.add.at(total[i], j, np.log(g["latency_s"].to_numpy(np.float64)))
+        np.add.at(count[i], j, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mat = np.where(count > 0, total / np.maximum(count, 1.0), np.nan)
+    cells = [tuple(float(v) for v in key) for key, _ in groups]
+    return steps, cells, fill_by_shape_curvature(steps, mat, extend=False)  # type: ignore[return-value]
 
 
 def fit_attn_decode(frame: pd.DataFrame, roof: RooflineOperators) -> dict[str, Any]:
     peak_bw = roof.spec.hbm_bw
-    steps = np.unique(frame["step"].to_numpy(np.float64))
+    steps, cells, filled = decode_design(frame)
     rows = []
-    for (h, kv, b), g in frame.groupby(["num_heads", "num_key_value_heads", "batch_size"], sort=True):
-        x, y = design_points(g["step"].to_numpy(np.float64), g["latency_s"].to_numpy(np.float64), steps)
-        x = x * float(b)
+    for (h, kv, b), curve in zip(cells, filled):
+        sel = ~np.isnan(curve)
+        x, y = steps[sel] * b, np.exp(curve[sel])
         # a KV token cannot stream faster than the datasheet bandwidth allows (a quarter of it
         # leaves room for L2 hits); the intercept is at least a kernel launch
         slope_floor = 0.25 * 2.0 * DTYPE_BYTES * HEAD_DIM * kv / peak_bw
@@ -215,21 +222,22 @@ def _similar(mat: np.ndarray, known: np.ndarray, s: int, others: np.ndarray, cou
     return np.argsort(spread, kind="stable")[:count]
 
 
-def fill_by_shape_curvature(tokens: np.ndarray, mat: np.ndarray, neighbours: int = 16) -> np.ndarray:
-    """Complete every measured shape's log-latency curve over the family's token axis.
+def fill_by_shape_curvature(tokens: np.ndarray, mat: np.ndarray, neighbours: int = 16, extend: bool = True) -> np.ndarray:
+    """Complete curves of log latency over a shared size axis (``mat``: one row per curve, one
+    column per value of ``tokens``, NaN where not measured): MoE shapes over tokens, decode
+    cells over KV steps.
 
-    MoE latency over tokens has a shape all model shapes share (expert weights dominate at few
-    tokens, compute at many) but no formula follows to a few percent, so the other shapes'
-    MEASURED curves carry it (the ``neighbours`` shapes whose curves run most parallel to this
-    one, median of their estimates; a fixed choice, not tuned on held-out rows):
+    Such curves share a shape no formula follows to a few percent (MoE: expert weights dominate
+    at few tokens, compute at many; decode: a launch-bound plateau turning into a
+    bandwidth-bound line), so the other curves' MEASURED values carry it: the ``neighbours``
+    curves running most parallel to this one (least spread of the log difference where both
+    were measured), median of their estimates; a fixed choice, not tuned on held-out rows.
 
-    - a token count missing between two measured ones: the straight log-log line between the
-      measured neighbours plus the median bend of the other curves away from that same line;
-    - below / above the measured range: the nearest measured value plus the median log step
-      of the other curves from that token count, kept monotone (never faster than a larger
-      token count, never slower than a smaller one).
-
-    The roofline carries the curve only beyond the family's token axis (``fitted.py``)."""
+    - a size missing between two measured ones: the straight log-log line between the measured
+      neighbours plus the median bend of the other curves away from that same line;
+    - with ``extend``, below / above the measured range: the nearest measured value plus the
+      median log step of the other curves from that size, kept monotone (never faster than a
+      larger size, never slower than a smaller one), as far as other curves were measured."""
     lx = np.log(tokens)
     out = mat.copy()
     known = ~np.isnan(mat)
@@ -250,8 +258,8 @@ def fill_by_shape_curvature(tokens: np.ndarray, mat: np.ndarray, neighbours: int
                 bend = mat[others, j] - (mat[others, lo] + w * (mat[others, hi] - mat[others, lo]))
                 line += float(np.median(bend[_similar(mat, known, s, others, neighbours)]))
             out[s, j] = line
-        for direction, e, js in ((-1, idx[0], range(idx[0] - 1, -1, -1)),
-                                 (1, idx[-1], range(idx[-1] + 1, mat.shape[1]))):
+        for direction, e, js in ((-1, idx[0], range(idx[0] - 1, -1, -1) if extend else ()),
+                                 (1, idx[-1], range(idx[-1] + 1, mat.shape[1]) if extend else ())):
             for j in js:
                 others = known[:, e] & known[:, j]
                 others[s] = False
