@@ -1,8 +1,9 @@
 """The simulator's ground-truth costs: the calibrated cost evaluator, cached and adapted.
 
-Why a wrapper: the rollout hot path asks for decode coefficients at every interval; the
-evaluator computes them from operator models, which is far too slow to call tens of thousands of
-times per step. Coefficients depend only on (TP, batch), so they are cached. Noise is NOT applied
+Why a wrapper: the rollout hot path asks for decode coefficients at every interval and for a
+prefill at most of them, tens of thousands of times per step; even the evaluator's scalar paths
+cost tens of microseconds a call (argument checks, operator tables). Coefficients depend only on
+(TP, batch), so they are cached; prefills are memoized on rounded arguments. Noise is NOT applied
 here: callers multiply by ``sim.noise.Noise`` factors, so the planner (which predicts with the
 same evaluator) is never magically exact.
 
@@ -19,6 +20,7 @@ from typing import Any
 from libra.errors import UserError
 from libra.planner.costs import CostModel
 from libra.planner.plan import TrainConfig
+
 
 def to_strategy(cfg: TrainConfig) -> Any:
     """A TrainConfig as the evaluator's TrainStrategy (import deferred: see the module doc)."""
@@ -50,7 +52,6 @@ class SimCosts:
         #: keys name what they cache, values live as long as this object
         self.memo: dict[tuple[object, ...], object] = {}
         self._strategy: dict[TrainConfig, Any] = {}
-
 
     # ------------------------------------------------------------------ rollout
     def decode_coeffs(self, tp: int, batch: int) -> tuple[float, float]:
