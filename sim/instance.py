@@ -187,11 +187,23 @@ class Instance:
         self.held[traj] = tokens
         self.H += tokens
 
-    def pin(self, traj: int, tokens: int) -> None:
-        """Reserve KV for a sequence migrating here (not evictable until it is admitted)."""
+    def try_pin(self, traj: int, tokens: int) -> bool:
+        """Reserve KV for a sequence migrating here (not evictable until the transfer ends), if
+        it fits next to what the running batch will hold at the end of its current interval
+        (evicting cached KV first). False: no room, the migration cannot land here."""
+        running_end = self._S + len(self.running) * self.it
+        if self.busy:
+            running_end = self._C0 + self._B * self._N
+        need = running_end + self.H + tokens - self.capacity
+        if need > 0:
+            self._evict(need)
+            need = running_end + self.H + tokens - self.capacity
+            if need > 0:
+                return False
         self.pinned[traj] = tokens
         self.H += tokens
         self._note_kv()
+        return True
 
     def unpin_to_held(self, traj: int) -> None:
         """A migration finished: the reserved KV becomes ordinary cached KV."""

@@ -54,6 +54,7 @@ class RolloutStats:
     evictions: int = 0
     migrations: int = 0
     migration_wait_s: float = 0.0
+    migrations_refused: int = 0  # the destination had no KV room: moved by re-prefill instead
     queue_wait_s: float = 0.0
     intervals: int = 0
     busy_gpu_s: float = 0.0
@@ -248,9 +249,8 @@ class RolloutStage:
             if dst is inst:
                 inst.hold(i, ctx)
                 self._home[i] = inst.id
-            else:
+            elif dst.try_pin(i, ctx):
                 inst.hold(i, ctx)  # the source copy stays until the transfer ends
-                dst.pin(i, ctx)
                 self._home[i] = dst.id
                 mig = self.costs.kv_migration_s(ctx, inst.tp, dst.tp, inst.node == dst.node) * self.noise.factor()
                 self.stats.migrations += 1
@@ -258,6 +258,9 @@ class RolloutStage:
                 ready = max(ready, now + mig)
                 ev = self.env.timeout(mig)
                 ev.callbacks.append(lambda _e, src=inst, dst=dst: self._migrated(i, src, dst))
+            else:  # no room to receive the KV there now: move without it (re-prefill on arrival)
+                self.stats.migrations_refused += 1
+                self._home[i] = None
         else:
             self._home[i] = None  # released: re-prefill wherever it lands
         ev = self.env.timeout(ready - now)
