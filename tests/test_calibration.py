@@ -13,8 +13,17 @@ import pytest
 
 from cost_models import cli
 from cost_models.calibration import data as cdata
-from cost_models.calibration.fit import affine_fit, alpha_beta, fit_folder
-from cost_models.calibration.grid import LogGrid, fill, make_monotone, place
+from cost_models.calibration.fit import (
+    affine_fit,
+    alpha_beta,
+    comm_table,
+    decode_design,
+    fill_by_shape_curvature,
+    fit_folder,
+    fit_moe,
+    log_table,
+)
+from cost_models.calibration.grid import LogGrid, axis_weights, fill, make_monotone, mesh, place
 from cost_models.calibration.store import Calibration
 from cost_models.errors import CostModelError
 from cost_models.hardware import get_gpu
@@ -51,6 +60,105 @@ def test_place_fill_and_monotone() -> None:
     assert np.all(np.diff(mono, axis=0) >= 0) and np.all(np.diff(mono, axis=1) >= 0)
     # a slow small shape takes the time of the faster larger one; larger cells are untouched
     assert list(make_monotone(np.array([9.0, 1.0, 2.0]), (0,))) == [1.0, 1.0, 2.0]
+
+
+def test_axis_weights_trust_the_smooth_axis_and_fill_stays_exact_on_loglinear_tables() -> None:
+    axes = [2.0 ** np.arange(10), 2.0 ** np.arange(10), 2.0 ** np.arange(8)]
+    xx, yy, zz = mesh(axes)
+    rng = np.random.default_rng(5)
+    # smooth along axis 2, quantization-like jumps along axes 0 and 1
+    table = 0.3 * np.log(zz) + 0.2 * rng.choice([-1.0, 1.0], size=xx.shape[:2])[:, :, None]
+    w = axis_weights(axes, table)
+    assert w is not None and w.sum() == pytest.approx(1.0) and np.all(w >= 0.02 / 1.1)
+    assert w[2] > 0.6 and w[2] > 3 * max(w[0], w[1])
+    # interior holes of a table linear in log axes are filled exactly whatever the weights
+    lin = 0.5 * np.log(xx) - 0.25 * np.log(yy) + np.log(zz)
+    holey = lin.copy()
+    inner = holey[1:-1, 1:-1, 1:-1]
+    inner[rng.random(inner.shape) < 0.3] = np.nan
+    assert np.allclose(fill(axes, holey, weights=axis_weights(axes, holey)), lin)
+    assert axis_weights([np.array([1.0, 2.0])], np.zeros(2)) is None  # too small to learn from
+
+
+def test_log_table_holes_never_drag_measured_cells_down() -> None:
+    # measured: a flat 4 us plateau on a 3x3 grid with the middle cell held out; a roofline that
+    # would put the hole far below its measured smaller neighbours
+    axes = [np.array([1.0, 2.0, 4.0]), np.array([1.0, 2.0, 4.0])]
+    xx, yy = (c.ravel() for c in mesh(axes))
+    keep = ~((xx == 2.0) & (yy == 2.0))
+    t = np.full(keep.sum(), 4e-6)
+
+    def roof(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.where((x == 2.0) & (y == 2.0), 1e-7, 1e-6)
+
+    grid = log_table(np.column_stack([xx[keep], yy[keep]]), t, roof, (0, 1))
+    assert np.allclose(np.exp(grid.values), 4e-6)  # hole lifted to its smaller measured shapes
+    # measured cells are made monotone among themselves only (padding argument)
+    grid = log_table(np.array([[1.0], [2.0], [4.0]]), np.array([5e-6, 3e-6, 4e-6]), lambda x: x * 1e-6, (0,))
+    assert np.allclose(np.exp(grid.values), [3e-6, 3e-6, 4e-6])
+
+
+def test_comm_table_fills_holes_on_the_measured_alpha_beta_line() -> None:
+    n = np.repeat([2.0, 4.0, 8.0], 12)
+    b = np.tile(4.0 ** np.arange(4, 16), 3)
+    t = 5e-6 * np.log2(n) + b / (100e9 / np.log2(n))
+    keep = ~((n == 4.0) & (b == 4.0**9))
+    out = comm_table(n[keep], b[keep], t[keep], lambda nn, bb: 1e-5 + bb / 1e12)  # a poor roofline
+    grid = LogGrid.from_json(out["grid"])
+    assert np.exp(grid.scalar(4.0, 4.0**9)) == pytest.approx(1e-5 + 4.0**9 / 50e9, rel=2e-3)
+    assert out["alpha_beta"]["4"] == pytest.approx([1e-5, 50e9], rel=1e-6)
+
+
+def test_curves_are_completed_from_the_most_parallel_measured_curves() -> None:
+    x = 2.0 ** np.arange(10)
+    shape = np.log(3.0 + x)  # a shared bend (flat, then linear), not a line in log-log
+    mat = np.array([shape + off for off in (0.0, 0.4, 1.1, -0.3)])
+    holey = mat.copy()
+    holey[0, 4] = np.nan  # interior hole
+    holey[1, :2] = np.nan  # below the measured range
+    holey[2, 8:] = np.nan  # above it
+    out = fill_by_shape_curvature(x, holey, neighbours=2)
+    assert np.allclose(out, mat)
+    # without extension only the interior is completed
+    inner = fill_by_shape_curvature(x, holey, neighbours=2, extend=False)
+    assert np.isnan(inner[1, :2]).all() and np.isnan(inner[2, 8:]).all() and inner[0, 4] == pytest.approx(mat[0, 4])
+
+
+def test_decode_design_keeps_each_cell_in_its_measured_range() -> None:
+    rows = []
+    for b, top in ((1, 6), (2, 6), (4, 4)):
+        for step in 2 ** np.arange(top) - 1:
+            rows.append((b, 8, 1, step + 1, 1e-5 + 1e-9 * b * (step + 1)))
+    frame = pd.DataFrame(rows, columns=["batch_size", "num_heads", "num_key_value_heads", "step", "latency_s"])
+    frame = frame[~((frame["batch_size"] == 2) & (frame["step"] == 4))]
+    steps, cells, filled = decode_design(frame)
+    assert cells == [(8.0, 1.0, 1.0), (8.0, 1.0, 2.0), (8.0, 1.0, 4.0)]
+    assert np.isnan(filled[2, 4:]).all()  # batch 4 was measured up to step 8 only
+    assert np.exp(filled[1, 2]) == pytest.approx(1e-5 + 2e-9 * 4, rel=0.01)
+
+
+def test_moe_table_spans_the_token_axis_and_below_it_follows_the_roofline() -> None:
+    roof = RooflineOperators("a100")
+    tokens = 2.0 ** np.arange(0, 11)
+    curve = lambda x: 2e-5 + 3e-8 * x  # noqa: E731  (a shared shape, scaled per model shape)
+    shapes = {(4096.0, 14336.0, 2.0, 8.0, 1.0, 1.0): 1.0, (2048.0, 768.0, 8.0, 128.0, 1.0, 1.0): 0.4}
+    rows = []
+    for shape, scale in shapes.items():
+        for x in tokens:
+            if scale != 1.0 and x in (1.0, 1024.0):
+                continue  # the second shape lacks both ends
+            rows.append((x, *shape, scale * curve(x)))
+    frame = pd.DataFrame(rows, columns=["num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                                        "moe_tp_size", "moe_ep_size", "latency_s"])
+    ops = FittedOperators.from_calibration("a100", Calibration(gpu="a100", families={"moe": fit_moe(frame, roof)}))
+    first, second = shapes
+    assert list(ops._moe[second].axes[0]) == list(tokens)  # both ends completed from the other curve
+    for x in (1.0, 1024.0):
+        assert float(ops.moe_s(x, *second)) == pytest.approx(0.4 * curve(x), rel=2e-3)
+    # below every measured token count: the roofline ratio, not a clamp to the smallest one
+    want = curve(1.0) * float(roof.moe_s(0.5, *first)) / float(roof.moe_s(1.0, *first))
+    assert float(ops.moe_s(0.5, *first)) == pytest.approx(want, rel=2e-3)
+    assert float(ops.moe_s(0.5, *first)) < float(ops.moe_s(1.0, *first))
 
 
 # ---- fitting primitives --------------------------------------------------------------------
