@@ -356,6 +356,7 @@ class Simulator:
             queue_wait_s=rs.queue_wait_s,
             migrations=rs.migrations,
             migration_wait_s=rs.migration_wait_s,
+            migrations_refused=rs.migrations_refused,
             role_changes=rs.role_changes,
             train_joins=ts.joins,
             fault_requeued=rs.fault_requeued,

@@ -55,6 +55,7 @@ class StepMetrics:
     queue_wait_s: float
     migrations: int
     migration_wait_s: float
+    migrations_refused: int
     role_changes: int
     train_joins: int
     fault_requeued: int
