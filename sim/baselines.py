@@ -242,15 +242,27 @@ class StaticPolicy:
                     step_s += self.costs.to_train_s(tp, cfg) + self.costs.to_rollout_s(tp, cfg)
                 cands.append((step_s, r, tp, cfg, roll, train_s))
         if not cands:
-            raise UserError(
-                f"{self.name}: no training strategy fits {self.cluster.model} on {self.cluster.gpu} for any split "
-                f"({'; '.join(tried[:3])}); use more GPUs or a larger-memory GPU"
-            )
+            raise UserError(f"{self.name}: {self._what_would_fit(ch, tokens, seq_len, seq_max, tried)}")
         cands.sort(key=lambda c: (c[0], c[1], c[2]))
         plans = [self._plan_for(*c, basis=basis) for c in cands]
         if self.hindsight is None or len(plans) == 1:
             return plans[0]
         return self._replay_shortlist(plans)
+
+    def _what_would_fit(self, ch: _Chooser, tokens: int, seq_len: int, seq_max: int, tried: list[str]) -> str:
+        """Why nothing fits, and the smallest cluster (whole nodes, up to 64) that would."""
+        g = self.cluster.gpus_per_node
+        head = f"no training strategy fits {self.cluster.model} on {self.cluster.n_gpus} x {self.cluster.gpu}"
+        why = f" ({tried[-1]})" if tried else ""
+        for nodes in range(1, 65):
+            t = nodes * g
+            tc = ch.train_config(t, tokens, seq_len, seq_max)
+            if tc is not None:
+                cfg = tc[0]
+                total = t if self.colocated else t + g
+                return (f"{head}{why}; training needs {t} GPUs (e.g. tp={cfg.tp} pp={cfg.pp} dp={cfg.dp} zero={cfg.zero_stage}"
+                        f"{' recompute' if cfg.recompute else ''}): try --gpus {total}")
+        return f"{head}{why}; nothing up to {64 * g} GPUs fits: use a larger-memory GPU"
 
     def _plan_for(self, step_s: float, r: int, tp: int, cfg: TrainConfig, roll: float, train_s: float, basis: str) -> Plan:
         n = self.cluster.n_gpus
