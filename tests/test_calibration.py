@@ -17,13 +17,23 @@ from cost_models.calibration.fit import (
     affine_fit,
     alpha_beta,
     comm_table,
+    choose_projection,
     decode_design,
     fill_by_shape_curvature,
     fit_folder,
     fit_moe,
     log_table,
 )
-from cost_models.calibration.grid import LogGrid, axis_weights, fill, make_monotone, mesh, place
+from cost_models.calibration.grid import (
+    LogGrid,
+    axis_weights,
+    fill,
+    isotonic_l1,
+    make_monotone,
+    mesh,
+    monotone_l1,
+    place,
+)
 from cost_models.calibration.store import Calibration
 from cost_models.errors import CostModelError
 from cost_models.hardware import get_gpu
@@ -96,6 +106,23 @@ def test_log_table_holes_never_drag_measured_cells_down() -> None:
     # measured cells are made monotone among themselves only (padding argument)
     grid = log_table(np.array([[1.0], [2.0], [4.0]]), np.array([5e-6, 3e-6, 4e-6]), lambda x: x * 1e-6, (0,))
     assert np.allclose(np.exp(grid.values), [3e-6, 3e-6, 4e-6])
+
+
+def test_l1_projection_moves_the_minority_side_of_a_kernel_switch() -> None:
+    # a long run at 4.1 us, one larger shape at 2.9 us, then growth: L1 lifts the single cell
+    run = [4.1] * 10 + [2.9, 4.2, 5.0]
+    assert isotonic_l1(run) == [4.1] * 11 + [4.2, 5.0]
+    assert list(make_monotone(np.array(run), (0,)))[:10] == [2.9] * 10  # the running minimum drags the run
+    t = np.array([[3.0, 1.0, 4.0], [np.nan, 5.0, 2.0]])
+    l1 = monotone_l1(t, (0, 1))
+    assert np.isnan(l1[1, 0]) and np.all(np.isfinite(l1[~np.isnan(t)]))  # holes stay holes
+    # the choice is made on measured cells held out of the inner fit: a table with such a
+    # switch along every line prefers "l1"; a tiny table keeps "min"
+    axes = [2.0 ** np.arange(12), 2.0 ** np.arange(12)]
+    xx, yy = mesh(axes)
+    table = np.log(np.where(xx == 2.0**10, 2.9, 4.1) + 0.01 * np.log2(xx) + 0.01 * np.log2(yy))
+    assert choose_projection(axes, table, np.zeros_like(table), (0, 1)) == "l1"
+    assert choose_projection([axes[0][:3]], table[:3, 0], np.zeros(3), (0,)) == "min"
 
 
 def test_comm_table_fills_holes_on_the_measured_alpha_beta_line() -> None:
