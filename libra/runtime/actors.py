@@ -1,0 +1,160 @@
+"""Ray actors: rollout engines, training workers and the tool server, with their placement.
+
+Each rollout instance is one ``EngineActor`` in its own placement group holding one bundle of
+``tp`` devices: a bundle lives on one node, so the TP group never crosses a node, and the actor
+takes the whole bundle, so it sees all ``tp`` devices (vLLM starts its TP workers inside it). The trainer's workers share one
+placement group (``PACK``). A bundle is ``{"GPU": 1}`` on GPU clusters and ``{"CPU": 1}`` for CPU
+workers; actors and tasks outside those groups (the tool server, the driver's helpers) ask for
+``num_cpus=0``, since a placement group may hold every CPU and a task asking for one would wait
+forever.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+RESOURCE_ENV = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_NO_USAGE_STATS": "1", "VLLM_DO_NOT_TRACK": "1"}
+
+
+def make_group(n: int, use_gpu: bool, strategy: str, frac: float = 1.0, timeout_s: float = 60.0, per_bundle: int = 1) -> PlacementGroup:
+    """A placement group of ``n`` bundles of ``per_bundle`` devices, ready (or a clear error after
+    ``timeout_s``). ``frac`` < 1 shares each device between roles (a colocated plan: rollout and
+    training time-share the same devices)."""
+    from libra.errors import UserError
+
+    bundle = {"GPU": frac * per_bundle} if use_gpu else {"CPU": frac * per_bundle}
+    pg = placement_group([dict(bundle) for _ in range(n)], strategy=strategy)
+    ready, _ = ray.wait([pg.ready()], timeout=timeout_s)
+    if not ready:
+        remove_placement_group(pg)
+        kind = "GPUs" if use_gpu else "CPU workers"
+        raise UserError(f"Ray could not place {n} {kind} together ({strategy}) within {timeout_s:.0f} s; the cluster has "
+                        f"{ray.cluster_resources()} (lower 'devices' or the plan's TP)")
+    return pg
+
+
+def _in_group(pg: PlacementGroup, bundle: int | None = None) -> PlacementGroupSchedulingStrategy:
+    return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=-1 if bundle is None else bundle)
+
+
+@ray.remote(max_restarts=0)
+class EngineActor:
+    """One rollout instance: an engine (see ``engines``) behind Ray calls."""
+
+    def __init__(self, instance: int, kind: str, model_dir: str, opts: dict[str, Any]) -> None:
+        os.environ.update(RESOURCE_ENV)
+        from libra.runtime.engines import make_engine
+
+        self.instance = instance
+        self.engine = make_engine(kind, model_dir, **opts)
+
+    def generate(self, requests: list[Any]) -> list[Any]:
+        from dataclasses import replace
+
+        return [replace(r, instance=self.instance) for r in self.engine.generate(requests)]
+
+    def prefill(self, traj_id: str, context: tuple[int, ...]) -> tuple[int, float]:
+        return self.engine.prefill(traj_id, context)
+
+    def drop(self, traj_ids: list[str]) -> int:
+        return self.engine.drop(traj_ids)
+
+    def load_state_dict(self, state: dict[str, Any]) -> float:
+        return self.engine.load_state_dict(state)
+
+    def cached_tokens(self) -> int:
+        return self.engine.cached_tokens()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def shutdown(self) -> None:
+        close = getattr(self.engine, "shutdown", None)
+        if close is not None:
+            close()
+
+    def crash(self) -> None:
+        """Die abruptly (fault injection: a worker lost mid-step)."""
+        os._exit(1)
+
+
+@ray.remote(max_restarts=0)
+class TrainWorker:
+    """One data-parallel training worker running a ``Learner``; rank 0 also hands out weights."""
+
+    def __init__(self, rank: int, world: int, master: str, port: int, learner_opts: dict[str, Any]) -> None:
+        os.environ.update(RESOURCE_ENV)
+        os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                          MASTER_ADDR=master, MASTER_PORT=str(port))
+        if learner_opts.get("backend") == "deepspeed" and learner_opts.get("device", "cpu") == "cpu":
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        from libra.runtime.trainer import Learner
+
+        self.learner = Learner(rank=rank, world=world, **learner_opts)
+
+    def train_step(self, samples: list[Any]) -> dict[str, float]:
+        return self.learner.train_step(samples)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.learner.state_dict()
+
+    def save_checkpoint(self, ckpt_dir: str) -> str:
+        return self.learner.save_checkpoint(ckpt_dir)
+
+    def load_checkpoint(self, ckpt_dir: str) -> int:
+        return self.learner.load_checkpoint(ckpt_dir)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def crash(self) -> None:
+        os._exit(1)
+
+
+@ray.remote(num_cpus=0, max_concurrency=16)
+class ToolActor:
+    """The tool server: a threaded actor running up to 16 tool calls at once (each python call is
+    its own sandboxed subprocess, so threads only wait)."""
+
+    def __init__(self, opts: dict[str, Any]) -> None:
+        from libra.runtime.tools import ToolBox
+
+        self.box = ToolBox(**opts)
+
+    def call(self, name: str, args: str) -> Any:
+        return self.box.call(name, args)
+
+    def isolation(self) -> str:
+        return self.box.sandbox.network_isolation
+
+
+def free_port() -> int:
+    """A free TCP port on this host for the trainer's process-group rendezvous."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_engine(pg: PlacementGroup, instance: int, kind: str, model_dir: str, opts: dict[str, Any], use_gpu: bool, tp: int,
+                 frac: float = 1.0) -> Any:
+    """An ``EngineActor`` taking its TP group's whole bundle (``make_group(1, ..., per_bundle=tp)``):
+    one actor drives the TP group, as vLLM's executor does."""
+    res = {"num_gpus": tp * frac} if use_gpu else {"num_cpus": tp * frac}
+    return EngineActor.options(scheduling_strategy=_in_group(pg, 0), **res).remote(instance, kind, model_dir, opts)
+
+
+def start_trainers(pg: PlacementGroup, world: int, learner_opts: dict[str, Any], use_gpu: bool, frac: float = 1.0) -> list[Any]:
+    """``world`` ``TrainWorker``s, one per bundle of ``pg``, rendezvousing on a fresh port."""
+    port = free_port()
+    res = {"num_gpus": frac} if use_gpu else {"num_cpus": frac}
+    return [
+        TrainWorker.options(scheduling_strategy=_in_group(pg, r), **res).remote(r, world, "127.0.0.1", port, learner_opts)
+        for r in range(world)
+    ]

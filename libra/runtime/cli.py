@@ -1,0 +1,89 @@
+"""``libra-run``: run agentic GRPO on a Ray cluster under a Libra (or baseline) resource policy.
+
+    libra-run --config run.yaml [--steps 3 --devices 4 --engine torch --policy libra --out DIR ...]
+
+Every config key (docs/runtime.md) has a flag of the same name with dashes; flags override the
+file. Bad input prints one line and exits 2; Ctrl-C stops cleanly and exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from libra.errors import UserError
+from libra.runtime.config import KEYS
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="libra-run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=None, help="YAML (.yaml/.yml) or TOML (.toml) file of run keys")
+    p.add_argument("--json", default=None, metavar="FILE", help="write the run summary as JSON here")
+    for key, (default, help_) in KEYS.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(default, bool):
+            p.add_argument(flag, dest=key, default=None, action=argparse.BooleanOptionalAction, help=help_)
+        elif isinstance(default, (list, dict)):
+            p.add_argument(flag, dest=key, default=None, type=_json_arg, help=help_ + " (JSON)")
+        elif isinstance(default, int):
+            p.add_argument(flag, dest=key, default=None, type=int, help=help_)
+        elif isinstance(default, float):
+            p.add_argument(flag, dest=key, default=None, type=float, help=help_)
+        elif key in ("zero_stage",):
+            p.add_argument(flag, dest=key, default=None, type=int, help=help_)
+        else:
+            p.add_argument(flag, dest=key, default=None, help=help_)
+    return p
+
+
+def _json_arg(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected JSON, got {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        from libra.runtime.config import load_config
+
+        overrides = {k: getattr(args, k) for k in KEYS}
+        cfg = load_config(args.config, overrides)
+        try:
+            from libra.runtime.loop import Runner
+        except ImportError as exc:
+            raise UserError(f"libra-run needs the run extra ({exc.name} is missing): pip install -e '.[run]'") from None
+        summary = Runner(cfg).run()
+    except UserError as exc:
+        print(f"libra-run: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("libra-run: interrupted", file=sys.stderr)
+        return 130
+    _print_summary(summary)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(summary, f, indent=1, default=str)
+    return 130 if summary.get("interrupted") else 0
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    rows = summary.get("rows") or []
+    if rows:
+        print(f"{'step':>4} {'reward':>7} {'rollout_s':>9} {'train_s':>8} {'sync_s':>7} {'step_s':>7} {'gen_tok/s':>9} {'migr':>5} {'split':>6}")
+        for r in rows:
+            print(f"{int(r['step']):>4} {float(r['reward_mean']):>7.3f} {float(r['rollout_s']):>9.2f} {float(r['train_s']):>8.2f} "
+                  f"{float(r['sync_s']):>7.2f} {float(r['step_s']):>7.2f} {float(r['gen_tok_s']):>9.0f} {int(float(r['migrations'])):>5} "
+                  f"{int(float(r['n_rollout']))}:{int(float(r['n_train']))}")
+    for f in summary.get("fidelity") or []:
+        print(f"step {f['step']}: measured {f['measured_step_s']:.2f} s vs libra-sim replay {f['sim_step_s']:.2f} s "
+              f"(rollout {f['measured_rollout_s']:.2f}/{f['sim_rollout_s']:.2f}, train {f['measured_train_s']:.2f}/{f['sim_train_s']:.2f})")
+    if summary.get("out"):
+        print(f"outputs in {summary['out']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

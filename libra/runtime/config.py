@@ -1,0 +1,189 @@
+"""``libra-run`` configuration: one flat set of keys from a YAML or TOML file, overridden by CLI
+flags. Every key, its default and meaning is listed in ``KEYS`` (docs/runtime.md prints the same
+table). Unknown keys and bad values are ``UserError``s naming the file and key.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from libra.errors import UserError
+
+#: key -> (default, help). The dataclass below has the same fields.
+KEYS: dict[str, tuple[Any, str]] = {
+    "model": (None, "policy checkpoint folder (HF format); default: the bundled tiny tool-using policy"),
+    "engine": ("auto", "rollout engine: auto (vllm when installed, else torch), torch, vllm"),
+    "trainer": ("torch", "trainer backend: torch (one worker) or deepspeed (ZeRO across the plan's DP workers)"),
+    "zero_stage": (None, "DeepSpeed ZeRO stage 1-3; default: the plan's"),
+    "device": ("cpu", "cpu (CPU workers) or cuda (GPUs)"),
+    "devices": (4, "devices the planner splits between rollout and training (CPU workers or GPUs)"),
+    "devices_per_node": (None, "devices per node (a TP group stays inside one); default: devices"),
+    "gpu": (None, "cost-model catalog name of the device (default: cpu on CPU, h100 on cuda)"),
+    "calibration": (None, "calibration file/folder for the cost evaluator (libra-calibrate fit output)"),
+    "address": (None, "Ray cluster address to join (default: start a local Ray)"),
+    "policy": ("libra", "resource policy: libra and its ablations, or a simulator baseline (verl-static-uniform, ...)"),
+    "split": (None, "pin ROLLOUT:TRAIN devices (e.g. '2:2'); overrides the planner's split"),
+    "bucket_bounds": (None, "force rollout buckets at these context lengths (e.g. [96]); instances are dealt to buckets round-robin"),
+    "steps": (3, "RL steps to run"),
+    "prompts_per_step": (8, "prompts (GRPO groups) per step"),
+    "group_size": (4, "samples per prompt"),
+    "tasks": ({"math": 1.0, "math2": 1.0, "search": 1.0}, "task kinds and their weights (math, math2, search)"),
+    "seed": (0, "seed of tasks, sampling and training"),
+    "temperature": (1.0, "sampling temperature"),
+    "max_new_tokens": (48, "tokens one turn may generate"),
+    "max_tool_calls": (4, "tool calls per trajectory (the last one ends it: finish tool_limit)"),
+    "max_context": (512, "context limit of a trajectory, tokens"),
+    "max_batch": (8, "turns an instance generates per engine call"),
+    "lr": (2e-3, "learning rate (AdamW)"),
+    "clip": (0.2, "GRPO/PPO ratio clip"),
+    "kl_coef": (0.0, "KL penalty to the initial model (0: no reference model)"),
+    "mini_batches": (2, "optimizer steps per RL step"),
+    "tool_timeout_s": (5.0, "python tool wall-clock limit"),
+    "tool_memory_mb": (512, "python tool address-space limit"),
+    "tool_output_bytes": (512, "python tool output cap (more: error, truncated)"),
+    "checkpoint_every": (1, "checkpoint the trainer every N steps (0: never)"),
+    "resume": (False, "resume from the newest checkpoint in OUT/ckpt"),
+    "out": ("out/run", "output folder: trace.jsonl, steps.csv, plots, fidelity.csv, ckpt/"),
+    "replay": (True, "after the run, replay trace.jsonl with libra-sim on the same devices and write fidelity.csv"),
+    "faults": ([], "fault injection: [{kill: rollout, step: S, at_s: T, instance: I}, {kill: trainer, step: S}]"),
+    "threads": (1, "torch threads per worker"),
+    "vllm_kv_gib": (1, "vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE, GiB)"),
+}
+
+
+@dataclass
+class RunConfig:
+    """The resolved configuration (see ``KEYS``)."""
+
+    model: str | None = None
+    engine: str = "auto"
+    trainer: str = "torch"
+    zero_stage: int | None = None
+    device: str = "cpu"
+    devices: int = 4
+    devices_per_node: int | None = None
+    gpu: str | None = None
+    calibration: str | None = None
+    address: str | None = None
+    policy: str = "libra"
+    split: str | None = None
+    bucket_bounds: list[int] | None = None
+    steps: int = 3
+    prompts_per_step: int = 8
+    group_size: int = 4
+    tasks: dict[str, float] = field(default_factory=lambda: {"math": 1.0, "math2": 1.0, "search": 1.0})
+    seed: int = 0
+    temperature: float = 1.0
+    max_new_tokens: int = 48
+    max_tool_calls: int = 4
+    max_context: int = 512
+    max_batch: int = 8
+    lr: float = 2e-3
+    clip: float = 0.2
+    kl_coef: float = 0.0
+    mini_batches: int = 2
+    tool_timeout_s: float = 5.0
+    tool_memory_mb: int = 512
+    tool_output_bytes: int = 512
+    checkpoint_every: int = 1
+    resume: bool = False
+    out: str = "out/run"
+    replay: bool = True
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    threads: int = 1
+    vllm_kv_gib: int = 1
+
+    @property
+    def per_node(self) -> int:
+        return self.devices_per_node or self.devices
+
+    @property
+    def gpu_name(self) -> str:
+        return self.gpu or ("cpu" if self.device == "cpu" else "h100")
+
+    def split_pair(self) -> tuple[int, int] | None:
+        if self.split is None:
+            return None
+        try:
+            a, b = (int(x) for x in str(self.split).split(":"))
+        except ValueError:
+            raise UserError(f"split {self.split!r}: expected ROLLOUT:TRAIN device counts, e.g. 2:2") from None
+        if a < 1 or b < 1 or a + b > self.devices:
+            raise UserError(f"split {self.split!r}: both sides >= 1 and together <= devices ({self.devices})")
+        return a, b
+
+
+def _check(cfg: RunConfig, src: str) -> RunConfig:
+    def bad(key: str, rule: str) -> UserError:
+        return UserError(f"{src}: key '{key}': {rule}")
+
+    if cfg.engine not in ("auto", "torch", "vllm"):
+        raise bad("engine", "must be auto, torch or vllm")
+    if cfg.trainer not in ("torch", "deepspeed"):
+        raise bad("trainer", "must be torch or deepspeed")
+    if cfg.device not in ("cpu", "cuda"):
+        raise bad("device", "must be cpu or cuda")
+    if cfg.zero_stage is not None and cfg.zero_stage not in (1, 2, 3):
+        raise bad("zero_stage", "must be 1, 2 or 3")
+    for k in ("devices", "steps", "prompts_per_step", "group_size", "max_new_tokens", "max_tool_calls", "max_context", "max_batch",
+              "mini_batches", "threads", "tool_memory_mb", "tool_output_bytes", "vllm_kv_gib"):
+        v = getattr(cfg, k)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise bad(k, f"must be an integer >= 1, got {v!r}")
+    if cfg.group_size < 2:
+        raise bad("group_size", "GRPO needs at least 2 samples per prompt")
+    if cfg.devices < 2:
+        raise bad("devices", "needs at least 2 (one for rollout, one for training)")
+    if not (cfg.tool_timeout_s > 0):
+        raise bad("tool_timeout_s", "must be > 0")
+    if cfg.bucket_bounds is not None and (not isinstance(cfg.bucket_bounds, list) or not all(isinstance(b, int) and b > 0 for b in cfg.bucket_bounds)
+                                          or cfg.bucket_bounds != sorted(set(cfg.bucket_bounds))):
+        raise bad("bucket_bounds", "must be an increasing list of positive context lengths, e.g. [96]")
+    for i, f in enumerate(cfg.faults):
+        if not isinstance(f, dict) or f.get("kill") not in ("rollout", "trainer") or not isinstance(f.get("step"), int):
+            raise bad(f"faults[{i}]", "must be {kill: rollout|trainer, step: INT, at_s: SECONDS, instance: INT}")
+    cfg.split_pair()
+    return cfg
+
+
+def load_config(path: str | None, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Read ``path`` (``.yaml``/``.yml``/``.toml``; None: defaults only) and apply ``overrides``
+    (non-None values from CLI flags)."""
+    data: dict[str, Any] = {}
+    src = path or "(defaults)"
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as exc:
+            raise UserError(f"config {path}: {exc.strerror}") from None
+        try:
+            if path.endswith(".toml"):
+                import tomllib
+
+                data = tomllib.loads(raw.decode("utf-8"))
+            elif path.endswith((".yaml", ".yml")):
+                import yaml
+
+                data = yaml.safe_load(raw) or {}
+            else:
+                raise UserError(f"config {path}: use a .yaml, .yml or .toml file")
+        except UserError:
+            raise
+        except Exception as exc:  # a parser's own error names the line
+            raise UserError(f"config {path}: cannot parse: {str(exc).splitlines()[0]}") from None
+        if not isinstance(data, dict):
+            raise UserError(f"config {path}: the top level must be a mapping of keys")
+    unknown = sorted(set(data) - set(KEYS))
+    if unknown:
+        raise UserError(f"config {src}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
+    merged = {**data, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    names = {f.name for f in fields(RunConfig)}
+    cfg = RunConfig(**{k: v for k, v in merged.items() if k in names})
+    if isinstance(cfg.lr, int):
+        cfg.lr = float(cfg.lr)
+    if cfg.out:
+        cfg.out = os.path.expanduser(cfg.out)
+    return _check(cfg, src)

@@ -1,0 +1,107 @@
+"""One trajectory's state on the driver: its tokens, turns and where it stands in the
+generate -> tool -> generate cycle. Pure bookkeeping, shared by the Ray rollout and the
+in-process evaluator, so both follow the same multi-turn rules.
+
+Rules: a turn that ends in ``</tool_call>`` calls a tool (its response is appended and the
+trajectory continues) unless it is the ``max_tool_calls``-th call, after which the call still
+runs and the trajectory ends (``finish="tool_limit"``); ``<|im_end|>`` ends it (``stop``); running
+out of ``max_new_tokens`` in a turn or of ``max_context`` ends it (``length``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from libra.runtime.engines.base import TurnRequest, TurnResult
+from libra.runtime.protocol import ToolCall, parse_tool_call, tool_response_text
+from libra.runtime.tasks import Task, reward
+from libra.runtime.tools.base import ToolResult
+from libra.trace.records import Trajectory, Turn
+
+
+@dataclass
+class Episode:
+    """A trajectory in flight (see the module docstring)."""
+
+    traj_id: str
+    step: int
+    group: str
+    task: Task
+    prompt_ids: list[int]
+    max_tool_calls: int = 4
+    max_new_tokens: int = 64
+    max_context: int = 1024
+    temperature: float = 1.0
+    seed: int = 0
+    context: list[int] = field(default_factory=list)
+    gen_mask: list[int] = field(default_factory=list)  # 1 where the policy generated the token
+    turns: list[Turn] = field(default_factory=list)
+    text: str = ""  # everything generated and returned, decoded
+    finish: str | None = None
+    pending_call: ToolCall | None = None
+    _gen_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.context:
+            self.context = list(self.prompt_ids)
+            self.gen_mask = [0] * len(self.prompt_ids)
+
+    @property
+    def done(self) -> bool:
+        return self.finish is not None
+
+    def request(self) -> TurnRequest:
+        """The next generation request (the whole context; see ``TurnRequest``)."""
+        budget = max(0, min(self.max_new_tokens, self.max_context - len(self.context)))
+        return TurnRequest(self.traj_id, tuple(self.context), budget, self.temperature, self.seed * 7919 + len(self.turns))
+
+    def on_generation(self, res: TurnResult, decode: "callable") -> ToolCall | None:  # type: ignore[valid-type]
+        """Append a turn's tokens; the tool call to run now, or None when the trajectory ended."""
+        self.context += res.tokens
+        self.gen_mask += [1] * len(res.tokens)
+        piece = decode(list(res.tokens))
+        self.text += piece
+        self._gen_tokens = len(res.tokens)
+        call = parse_tool_call(piece) if res.finish == "stop" else None
+        if call is None:
+            self.turns.append(Turn(len(res.tokens), None))
+            self.finish = "stop" if res.finish == "stop" else "length"
+            return None
+        self.pending_call = call
+        return call
+
+    def on_tool_result(self, result: ToolResult, response_ids: list[int], response_text: str) -> None:
+        """Append the tool's return; ends the trajectory at the tool-call limit or context limit."""
+        assert self.pending_call is not None
+        self.context += response_ids
+        self.gen_mask += [0] * len(response_ids)
+        self.text += response_text
+        self.turns.append(Turn(self._gen_tokens, self.pending_call.name, round(result.latency_s, 6), len(response_ids), result.outcome))  # type: ignore[arg-type]
+        self.pending_call = None
+        n_calls = sum(1 for t in self.turns if t.tool is not None)
+        if n_calls >= self.max_tool_calls:
+            self.finish = "tool_limit"
+        elif len(self.context) >= self.max_context - 1:
+            self.finish = "length"
+
+    @staticmethod
+    def response_text(result: ToolResult) -> str:
+        """The text appended after a tool call."""
+        return tool_response_text(result.output)
+
+    @property
+    def reward(self) -> float:
+        return reward(self.task, self.text)
+
+    def abort(self) -> None:
+        """End the trajectory now (it could not be completed)."""
+        if self.pending_call is not None:
+            self.turns.append(Turn(self._gen_tokens, self.pending_call.name, None, 0, None))
+            self.pending_call = None
+        if not self.turns:
+            self.turns.append(Turn(0, None))
+        self.finish = "abort"
+
+    def to_trajectory(self) -> Trajectory:
+        """The trace record (measured tool latencies, exact token counts)."""
+        return Trajectory(self.traj_id, self.step, len(self.prompt_ids), tuple(self.turns), self.group, self.reward, self.finish)  # type: ignore[arg-type]

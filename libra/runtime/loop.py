@@ -1,0 +1,381 @@
+"""The RL loop of ``libra-run``: plan, roll out, train, sync weights, checkpoint, record.
+
+Synchronous on-policy GRPO. Before each step the policy core plans the split of the devices
+(``Policy.plan`` on the completed steps' measured trajectories); actors are (re)placed when the
+plan's shape changes; the rollout is routed by the policy's scheduler (``rollout``); the trainer
+workers update on the step's trajectories; the new weights go to every rollout instance.
+
+Faults: a rollout worker that dies mid-step is replaced and its trajectories continue elsewhere
+(``rollout``); a trainer worker that dies is replaced by a fresh group that resumes from the last
+checkpoint and redoes the step's update; SIGINT/SIGTERM stop the run cleanly (engines shut down,
+Ray stopped, nothing left in /dev/shm by us).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import statistics
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.planner.plan import Plan
+from libra.runtime.config import RunConfig
+from libra.trace.columnar import StepArrays
+from libra.trace.records import Trajectory
+
+
+class Interrupted(Exception):
+    """The run was asked to stop (SIGINT/SIGTERM)."""
+
+
+def _log(msg: str) -> None:
+    print(f"[libra-run {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Runner:
+    """One ``libra-run`` (see the module docstring)."""
+
+    def __init__(self, cfg: RunConfig, log: Any = _log) -> None:
+        from libra.runtime.tiny_model import model_dir
+
+        self.cfg = cfg
+        self.log = log
+        self.model_dir = os.path.abspath(model_dir(cfg.model))
+        self.model_cfg = os.path.join(self.model_dir, "config.json")
+        self.out = os.path.abspath(cfg.out)
+        os.makedirs(self.out, exist_ok=True)
+        self.ckpt = os.path.join(self.out, "ckpt")
+        self.cluster = ClusterSpec(cfg.devices, cfg.gpu_name, self.model_cfg, cfg.per_node)
+        self.use_gpu = cfg.device == "cuda"
+        self.engines: dict[int, Any] = {}
+        self.instances: dict[int, Any] = {}
+        self.trainers: list[Any] = []
+        self.groups: list[Any] = []
+        self.shape: Any = None
+        self.weights_ref: Any = None
+        self.trajectories: list[Trajectory] = []
+        self.history: list[StepArrays] = []
+        self.rows: list[dict[str, Any]] = []
+        self.trainer_restarts = 0
+        self._stop = False
+
+    # ---- setup -------------------------------------------------------------------------------
+    def _start_ray(self) -> None:
+        import ray
+
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+        env = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(self.cfg.vllm_kv_gib), "TORCH_EXTENSIONS_DIR": os.environ.get(
+            "TORCH_EXTENSIONS_DIR", os.path.expanduser("~/.cache/torch_extensions"))}}
+        if self.cfg.address:
+            ray.init(address=self.cfg.address, runtime_env=env, log_to_driver=True)
+        else:
+            # logical CPUs: one per device worker (a colocated plan shares them at half each)
+            res = {"num_cpus": self.cfg.devices} if not self.use_gpu else {"num_gpus": self.cfg.devices, "num_cpus": max(os.cpu_count() or 1, 1)}
+            ray.init(include_dashboard=False, runtime_env=env, log_to_driver=True, **res)
+        from libra.runtime.actors import ToolActor
+
+        self.tools = ToolActor.remote({"timeout_s": self.cfg.tool_timeout_s, "memory_mb": self.cfg.tool_memory_mb,
+                                       "max_output_bytes": self.cfg.tool_output_bytes})
+        self.isolation = ray.get(self.tools.isolation.remote())
+
+    def _engine_opts(self) -> dict[str, Any]:
+        kind = self.cfg.engine
+        from libra.runtime.engines import vllm_available
+
+        if kind == "auto":
+            kind = "vllm" if vllm_available() else "torch"
+        self.engine_kind = kind
+        if kind == "torch":
+            return {"device": self.cfg.device, "seed": self.cfg.seed, "max_context": self.cfg.max_context, "threads": self.cfg.threads}
+        return {"device": self.cfg.device, "seed": self.cfg.seed, "max_context": self.cfg.max_context}
+
+    def _learner_opts(self, plan: Plan) -> dict[str, Any]:
+        return {"model_dir": self.model_dir, "backend": self.cfg.trainer, "zero_stage": self.cfg.zero_stage or plan.train.zero_stage,
+                "lr": self.cfg.lr, "clip": self.cfg.clip, "kl_coef": self.cfg.kl_coef, "mini_batches": self.cfg.mini_batches,
+                "seed": self.cfg.seed, "device": self.cfg.device, "threads": self.cfg.threads}
+
+    def _train_world(self, plan: Plan) -> int:
+        return max(1, plan.train.dp) if self.cfg.trainer == "deepspeed" else 1
+
+    def _teardown_actors(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for h in list(self.engines.values()):
+            try:
+                ray.get(h.shutdown.remote(), timeout=30)
+            except Exception:
+                pass
+            ray.kill(h)
+        for h in self.trainers:
+            ray.kill(h)
+        for pg in self.groups:
+            remove_placement_group(pg)
+        self.engines, self.trainers, self.groups = {}, [], []
+
+    def _place(self, plan: Plan) -> float:
+        """(Re)create actors for ``plan``'s shape; returns seconds spent (0 when unchanged)."""
+        import ray
+
+        from libra.runtime.actors import make_group, start_engine, start_trainers
+        from libra.runtime.policyglue import plan_shape
+
+        shape = plan_shape(plan)
+        if shape == self.shape:
+            return 0.0
+        t0 = time.perf_counter()
+        if self.trainers:  # keep the trainer's state across the re-placement
+            self._checkpoint()
+        self._teardown_actors()
+        opts = self._engine_opts()
+        self.instances = {}
+        frac = 0.5 if plan.colocated else 1.0
+        from libra.runtime.rollout import Instance
+
+        for inst in plan.instances:
+            pg = make_group(1, self.use_gpu, "STRICT_PACK", frac, per_bundle=inst.tp)
+            self.groups.append(pg)
+            h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, opts, self.use_gpu, inst.tp, frac)
+            self.engines[inst.id] = h
+            self.instances[inst.id] = Instance(inst.id, inst.tp, inst.bucket, inst.node, h, kv_capacity=self._kv_capacity(inst.tp))
+        world = self._train_world(plan)
+        tpg = make_group(world, self.use_gpu, "PACK", frac)
+        self.groups.append(tpg)
+        self.trainers = start_trainers(tpg, world, self._learner_opts(plan), self.use_gpu, frac)
+        ray.get([h.pid.remote() for h in self.engines.values()] + [w.pid.remote() for w in self.trainers])
+        done = ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])[0]
+        if done or self.weights_ref is not None:
+            self._sync_weights()
+        self.shape = shape
+        self.plan_world = world
+        return time.perf_counter() - t0
+
+    def _kv_capacity(self, tp: int) -> int:
+        try:
+            return int(self.ev.kv_capacity_tokens(tp)) or (1 << 20)
+        except Exception:
+            return 1 << 20
+
+    def _respawn(self, inst: Any) -> Any:
+        """A replacement engine for a dead instance, in the same placement group, current weights."""
+        import ray
+
+        from libra.runtime.actors import start_engine
+
+        pg = self.groups[list(self.engines).index(inst.id)]
+        h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, self._engine_opts(), self.use_gpu, inst.tp, 0.5 if self.plan.colocated else 1.0)
+        if self.weights_ref is not None:
+            ray.get(h.load_state_dict.remote(self.weights_ref))
+        self.engines[inst.id] = h
+        self.log(f"rollout instance {inst.id} died; replaced (pid {ray.get(h.pid.remote())}), its trajectories re-queued")
+        return h
+
+    # ---- per-step pieces ---------------------------------------------------------------------
+    def _sync_weights(self) -> float:
+        import ray
+
+        t0 = time.perf_counter()
+        states = ray.get([w.state_dict.remote() for w in self.trainers])  # every rank (ZeRO-3 gathers)
+        self.weights_ref = ray.put(states[0])
+        ray.get([h.load_state_dict.remote(self.weights_ref) for h in self.engines.values()])
+        return time.perf_counter() - t0
+
+    def _checkpoint(self) -> float:
+        import ray
+
+        t0 = time.perf_counter()
+        ray.get([w.save_checkpoint.remote(self.ckpt) for w in self.trainers])
+        return time.perf_counter() - t0
+
+    def _train(self, plan: Plan, samples: list[Any], step: int) -> dict[str, float]:
+        """Shard the samples over the trainer workers and update; a dead worker brings the group
+        back from the last checkpoint and the update is redone."""
+        import ray
+
+        faults = [f for f in self.cfg.faults if f["kill"] == "trainer" and f["step"] == step and not f.get("_done")]
+        for attempt in range(3):
+            world = len(self.trainers)
+            shards = [samples[r::world] for r in range(world)]
+            refs = [w.train_step.remote(s) for w, s in zip(self.trainers, shards)]
+            if faults:  # fault injection: kill the last worker mid-update
+                faults[0]["_done"] = True
+                time.sleep(float(faults[0].get("at_s", 0.2)))
+                faults = []
+                self.trainers[-1].crash.remote()
+            try:
+                stats = ray.get(refs)
+                return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
+            except ray.exceptions.RayActorError:
+                self.trainer_restarts += 1
+                self.log(f"a trainer worker died during step {step}; restarting the group from the last checkpoint")
+                self.shape = None
+                self._place(plan)
+        raise RuntimeError(f"training of step {step} failed 3 times")
+
+    def _episodes(self, step: int) -> list[Any]:
+        from libra.runtime.episode import Episode
+        from libra.runtime.protocol import prompt_text
+        from libra.runtime.tasks import TaskSet
+        from libra.runtime.tiny_model import encode
+
+        tasks = TaskSet(self.cfg.tasks, seed=self.cfg.seed).batch(step, self.cfg.prompts_per_step)
+        eps = []
+        for p, t in enumerate(tasks):
+            ids = encode(self.tokenizer, prompt_text(t.question))
+            for g in range(self.cfg.group_size):
+                eps.append(Episode(f"s{step}-p{p}-r{g}", step, f"s{step}-p{p}", t, ids, self.cfg.max_tool_calls, self.cfg.max_new_tokens,
+                                   self.cfg.max_context, self.cfg.temperature, seed=self.cfg.seed * 1_000_003 + step * 10_007 + p * 101 + g))
+        return eps
+
+    # ---- the run -----------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._stop = True
+        raise Interrupted(f"signal {signum}")
+
+    def run(self) -> dict[str, Any]:
+        """Run the configured steps; returns a summary. Always tears Ray down."""
+        import ray
+        from transformers import AutoTokenizer
+
+        from cost_models import CostEvaluator
+        from libra.runtime.grpo import Sample, group_advantages
+        from libra.runtime.policyglue import make_policy, pin_plan
+        from libra.runtime.recording import plot_steps, replay_fidelity, write_run_trace, write_steps_csv
+        from libra.runtime.rollout import Rollout
+        from libra.runtime.tiny_model import encode
+
+        cfg = self.cfg
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        try:
+            self.ev = CostEvaluator(cfg.gpu_name, self.model_cfg, calibration=cfg.calibration, gpus_per_node=cfg.per_node)
+        except Exception as exc:
+            raise UserError(f"cost evaluator for {cfg.gpu_name} / {self.model_cfg}: {exc}") from None
+        policy = make_policy(cfg.policy, self.cluster, self.ev, cfg.seed, cfg.kl_coef > 0)
+        decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+        enc = lambda text: encode(self.tokenizer, text)  # noqa: E731
+        t_run = time.perf_counter()
+        first = 0
+        summary: dict[str, Any] = {}
+        try:
+            self._start_ray()
+            self.log(f"Ray up: {ray.cluster_resources()}; sandbox network isolation: {self.isolation}")
+            if cfg.resume:
+                first = self._resume_records()
+            for step in range(first, cfg.steps):
+                if self._stop:
+                    break
+                t_step = time.perf_counter()
+                eps = self._episodes(step)
+                t0 = time.perf_counter()
+                plan = policy.plan(self.cluster, list(self.history), np.array([len(e.prompt_ids) for e in eps], np.int64))
+                plan = pin_plan(plan, cfg.split_pair(), cfg.bucket_bounds, cfg.per_node)
+                self.plan = plan
+                plan_s = time.perf_counter() - t0
+                setup_s = self._place(plan)
+                sched = policy.scheduler(plan)
+                pool = policy.pool(plan)
+                kills = [(float(f.get("at_s", 1.0)), int(f.get("instance", 0))) for f in cfg.faults if f["kill"] == "rollout" and f["step"] == step]
+                ro = Rollout(plan, self.instances, self.tools, sched, decode, enc, ev=self.ev, pool=pool, max_batch=cfg.max_batch,
+                             respawn=self._respawn, faults=kills).run(eps)
+                rewards = [e.reward for e in eps]
+                adv = group_advantages(rewards, [e.group for e in eps])
+                samples = [Sample(tuple(e.context), tuple(e.gen_mask), float(a)) for e, a in zip(eps, adv)]
+                tr = self._train(plan, samples, step)
+                sync_s = self._sync_weights()
+                ck_s = self._checkpoint() if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 else 0.0
+                trajs = [e.to_trajectory() for e in eps]
+                self.trajectories += trajs
+                self.history.append(StepArrays.from_trajectories(step, trajs))
+                step_s = time.perf_counter() - t_step
+                row = self._row(step, plan, eps, ro, tr, plan_s, setup_s, sync_s, ck_s, step_s, rewards)
+                self.rows.append(row)
+                write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories, self.model_cfg, cfg.gpu_name, cfg.devices, cfg.policy)
+                write_steps_csv(os.path.join(self.out, "steps.csv"), self.rows)
+                self.log(f"step {step}: reward {row['reward_mean']:.3f}, rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s, "
+                         f"sync {sync_s:.2f} s, {row['gen_tok_s']:.0f} gen tok/s, migrations {row['migrations']}, "
+                         f"split {plan.n_rollout_gpus}:{plan.n_train_gpus} (TP {row['rollout_tps']})")
+            plot_steps(self.out, self.rows)
+            summary = {"steps": len(self.rows), "wall_s": time.perf_counter() - t_run, "rows": self.rows, "out": self.out,
+                       "engine": getattr(self, "engine_kind", None), "isolation": getattr(self, "isolation", None)}
+        except Interrupted:
+            self.log("interrupted: stopping cleanly")
+            summary = {"interrupted": True, "steps": len(self.rows), "out": self.out}
+        finally:
+            try:
+                self._teardown_actors()
+            finally:
+                if ray.is_initialized():
+                    ray.shutdown()
+                for s, h in old.items():
+                    signal.signal(s, h)
+        if cfg.replay and self.rows and not summary.get("interrupted"):
+            try:
+                fid = replay_fidelity(self.out, os.path.join(self.out, "trace.jsonl"), self.rows, cfg.devices, cfg.per_node, cfg.gpu_name,
+                                      self.model_cfg, cfg.policy)
+                summary["fidelity"] = fid
+            except Exception as exc:  # the run itself succeeded; say why the comparison did not
+                self.log(f"replay comparison failed: {exc}")
+                summary["fidelity_error"] = str(exc)
+        return summary
+
+    def _resume_records(self) -> int:
+        """Steps already done (from the trainer's checkpoint) and their trace/metrics."""
+        from libra.runtime.recording import read_csv
+        from libra.trace.reader import read_trajectories  # type: ignore[attr-defined]
+
+        trace = os.path.join(self.out, "trace.jsonl")
+        steps_csv = os.path.join(self.out, "steps.csv")
+        import glob
+
+        found = sorted(glob.glob(os.path.join(self.ckpt, "step*")))
+        if not found:
+            return 0
+        done = int(os.path.basename(found[-1])[4:10])
+        if os.path.isfile(trace):
+            self.trajectories = [t for t in read_trajectories(trace) if t.step < done]
+            by_step: dict[int, list[Trajectory]] = {}
+            for t in self.trajectories:
+                by_step.setdefault(t.step, []).append(t)
+            self.history = [StepArrays.from_trajectories(s, ts) for s, ts in sorted(by_step.items())]
+        if os.path.isfile(steps_csv):
+            self.rows = [dict(r) for r in read_csv(steps_csv) if int(r["step"]) < done]
+            for r in self.rows:
+                for k, v in r.items():
+                    try:
+                        r[k] = float(v) if k not in ("policy", "rollout_tps") else v
+                    except ValueError:
+                        pass
+                r["step"] = int(r["step"])
+        self.log(f"resuming after step {done - 1} (checkpoint {found[-1]})")
+        return done
+
+    def _row(self, step: int, plan: Plan, eps: list[Any], ro: Any, tr: dict[str, float], plan_s: float, setup_s: float, sync_s: float,
+             ck_s: float, step_s: float, rewards: list[float]) -> dict[str, Any]:
+        mig = ro.migrations
+        return {
+            "step": step, "policy": self.cfg.policy, "n_rollout": plan.n_rollout_gpus, "n_train": plan.n_train_gpus,
+            "rollout_tps": "/".join(str(i.tp) for i in plan.instances), "train_dp": len(self.trainers),
+            "zero_stage": (self.cfg.zero_stage or plan.train.zero_stage) if self.cfg.trainer == "deepspeed" else 0,
+            "trajectories": len(eps), "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
+            "used_tool": float(np.mean([any(t.tool for t in e.turns) for e in eps])), "tool_calls": ro.tool_calls,
+            "tool_errors": ro.tool_errors, "tool_timeouts": ro.tool_timeouts, "gen_tokens": ro.gen_tokens,
+            "prefill_tokens": ro.prefill_tokens, "cached_tokens": ro.cached_tokens, "trained_tokens": int(tr.get("tokens", 0) * len(self.trainers)),
+            "plan_s": plan_s, "rollout_s": ro.makespan_s, "train_s": tr["train_s"], "logprob_s": tr["logprob_s"], "sync_s": sync_s,
+            "checkpoint_s": ck_s, "setup_s": setup_s, "step_s": step_s, "gen_tok_s": ro.gen_tokens / max(ro.makespan_s, 1e-9),
+            "train_tok_s": tr.get("tokens", 0) * len(self.trainers) / max(tr["train_s"], 1e-9), "migrations": len(mig),
+            "migration_s": sum(m.measured_s for m in mig), "migration_pred_kv_s": sum(m.predicted_kv_s for m in mig),
+            "migration_pred_prefill_s": sum(m.predicted_prefill_s for m in mig), "moves_without_kv": ro.moves_without_kv,
+            "recovered": ro.recovered, "trainer_restarts": self.trainer_restarts, "lent": len(ro.lent), "loss": tr.get("loss", math.nan),
+            "clip_frac": tr.get("clip_frac", math.nan), "kl": tr.get("kl", math.nan), "predicted_rollout_s": plan.predicted_rollout_s,
+            "predicted_train_s": plan.predicted_train_s, "predicted_step_s": plan.predicted_step_s,
+        }

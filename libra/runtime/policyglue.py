@@ -1,0 +1,58 @@
+"""The policy core as the runtime uses it: resolving a policy name (Libra's, or a simulator
+baseline), the cluster it plans for, and plan adjustments a run config may pin.
+
+Baselines live in ``sim.baselines``; importing ``sim`` here (lazily, only for a baseline name)
+is the one place the runtime reaches into the simulator package, because the issue asks that
+``--policy`` accept the same names as ``libra-sim replay``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.planner.plan import Bucket, Plan, RolloutInstance
+from libra.policy import Policy
+
+
+def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool) -> Policy:
+    """The named policy, sharing ``ev`` (the run's cost evaluator)."""
+    from libra.policies import POLICIES
+
+    if name in POLICIES:
+        return POLICIES[name](cluster, ev=ev, seed=seed, kl=kl)
+    try:
+        from sim.policies import policy_names, resolve
+    except ImportError:
+        raise UserError(f"policy {name!r} is unknown; known: {', '.join(POLICIES)}") from None
+    if name not in policy_names():
+        raise UserError(f"policy {name!r} is unknown; known: {', '.join(policy_names())}")
+    from sim.costs import load_costs
+
+    costs = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node)
+    return resolve(name, cluster, costs=costs, seed=seed, kl=1.0 if kl else 0.0)
+
+
+def pin_plan(plan: Plan, split: tuple[int, int] | None, bounds: list[int] | None, per_node: int) -> Plan:
+    """``plan`` with a pinned ROLLOUT:TRAIN split (TP-1 rollout instances on the rollout side, a
+    DP trainer on the rest) and/or forced bucket boundaries (instances dealt round-robin)."""
+    if split is not None and not plan.colocated:
+        r, t = split
+        insts = tuple(RolloutInstance(i, 1, 0, i // per_node, i % per_node) for i in range(r))
+        plan = replace(plan, n_rollout_gpus=r, n_train_gpus=t, instances=insts,
+                       buckets=(Bucket(0, 1, 0, None),), train=replace(plan.train, tp=1, pp=1, dp=t))
+    if bounds:
+        n_b = min(len(bounds) + 1, len(plan.instances))
+        edges = [0, *bounds[: n_b - 1], None]
+        tps = sorted(i.tp for i in plan.instances)
+        buckets = tuple(Bucket(b, tps[min(b, len(tps) - 1)], edges[b], edges[b + 1]) for b in range(n_b))  # type: ignore[arg-type]
+        insts = tuple(replace(inst, bucket=k % n_b) for k, inst in enumerate(sorted(plan.instances, key=lambda i: (i.tp, i.id))))
+        plan = replace(plan, buckets=buckets, instances=tuple(sorted(insts, key=lambda i: i.id)))
+    return plan
+
+
+def plan_shape(plan: Plan) -> tuple[Any, ...]:
+    """What the actors depend on: instances (id, tp, node), trainer size, colocation."""
+    return (tuple((i.id, i.tp, i.node) for i in plan.instances), plan.n_train_gpus, plan.train.dp, plan.colocated)

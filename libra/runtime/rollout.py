@@ -1,0 +1,284 @@
+"""The rollout stage on Ray: many trajectories, several engine instances, concurrent tools.
+
+The driver holds every trajectory's tokens (``Episode``), so no trajectory lives only inside a
+worker: when an instance dies its trajectories are re-queued elsewhere and recompute their
+context there. Routing is the policy core's: ``admit`` places a new trajectory in a bucket,
+``on_tool_return`` decides after each tool call whether it stays or moves (C-MLFQ's
+``Route.migrate``), ``choose_instance`` picks an instance of the bucket from the loads the driver
+sees. A move is carried out by prefix recomputation: the destination computes the trajectory's
+whole context (``EngineActor.prefill``) ahead of its next turn, and the source drops its KV. Its
+measured time is recorded next to the cost evaluator's ``kv_migration_s`` prediction.
+
+Each instance runs at most one ``generate`` call at a time (a batch of up to ``max_batch``
+queued turns); tool calls run on the ``ToolActor`` meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from libra.planner.plan import Plan
+from libra.pool.base import InstanceState, PoolObservation, RoleChange
+from libra.runtime.episode import Episode
+from libra.scheduling.base import InstanceLoad, RolloutScheduler, TrajectoryObservation
+
+
+@dataclass
+class Migration:
+    """One measured move of a trajectory between instances."""
+
+    traj_id: str
+    src: int
+    dst: int
+    tokens: int  # context recomputed on the destination
+    measured_s: float  # the destination's prefill of that context
+    predicted_kv_s: float  # cost evaluator: KV transfer of the same tokens
+    predicted_prefill_s: float  # cost evaluator: recomputing them on the destination
+
+
+@dataclass
+class RolloutResult:
+    """What the rollout stage did (times are wall seconds from the stage's start)."""
+
+    episodes: list[Episode]
+    makespan_s: float
+    migrations: list[Migration] = field(default_factory=list)
+    moves_without_kv: int = 0
+    recovered: int = 0  # trajectories re-queued after their instance died
+    dead_instances: list[int] = field(default_factory=list)
+    lent: list[tuple[float, int]] = field(default_factory=list)
+    gen_tokens: int = 0
+    prefill_tokens: int = 0
+    cached_tokens: int = 0
+    engine_busy_s: dict[int, float] = field(default_factory=dict)
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_timeouts: int = 0
+
+
+@dataclass
+class Instance:
+    """The driver's view of one engine instance."""
+
+    id: int
+    tp: int
+    bucket: int
+    node: int
+    handle: Any
+    queue: list[str] = field(default_factory=list)
+    inflight: tuple[Any, list[str], float] | None = None
+    resident: set[str] = field(default_factory=set)  # trajectories whose KV it holds
+    alive: bool = True
+    lent: bool = False
+    idle_since: float | None = 0.0
+    kv_capacity: int = 1 << 20
+
+
+class Rollout:
+    """Runs one step's episodes to completion (see the module docstring)."""
+
+    def __init__(self, plan: Plan, instances: dict[int, Instance], tools: Any, scheduler: RolloutScheduler, decode: Callable[[list[int]], str],
+                 encode: Callable[[str], list[int]], ev: Any = None, pool: Any = None, max_batch: int = 8,
+                 respawn: Callable[[Instance], Any] | None = None, faults: Sequence[tuple[float, int]] = ()) -> None:
+        self.plan, self.inst, self.tools, self.sched = plan, instances, tools, scheduler
+        self.decode, self.encode, self.ev, self.pool, self.max_batch = decode, encode, ev, pool, max_batch
+        self.respawn = respawn
+        self.faults = sorted(faults)  # (seconds into the stage, instance) to kill
+        self.t0 = 0.0
+
+    # ---- observations ------------------------------------------------------------------------
+    def _now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def _obs(self, ep: Episode, index: int, where: int | None, bucket: int | None, admitted: float) -> TrajectoryObservation:
+        last = ep.turns[-1] if ep.turns else None
+        return TrajectoryObservation(
+            traj_id=ep.traj_id, index=index, step=ep.step, group=ep.group, prompt_tokens=len(ep.prompt_ids),
+            context_tokens=len(ep.context), turns_done=len(ep.turns), last_tool=last.tool if last else None,
+            last_outcome=last.outcome if last else None, elapsed_s=self._now() - admitted, instance=where, bucket=bucket,
+        )
+
+    def _loads(self, bucket: int) -> list[InstanceLoad]:
+        live = [i for i in self.inst.values() if i.alive and not i.lent]
+        cands = [i for i in live if i.bucket == bucket] or live
+        if not cands:
+            raise RuntimeError("no live rollout instance left")
+        return [InstanceLoad(i.id, i.bucket, len(i.inflight[1]) if i.inflight else 0, len(i.queue),
+                             sum(len(self.eps[t].context) for t in i.resident if t in self.eps), i.kv_capacity) for i in cands]
+
+    def _place(self, bucket: int) -> int:
+        loads = self._loads(bucket)
+        choice = self.sched.choose_instance(loads[0].bucket, loads)
+        if choice not in {l.instance for l in loads}:
+            choice = loads[0].instance
+        return choice
+
+    # ---- the stage ---------------------------------------------------------------------------
+    def run(self, episodes: list[Episode]) -> RolloutResult:
+        self.t0 = time.perf_counter()
+        self.eps = {e.traj_id: e for e in episodes}
+        index = {e.traj_id: i for i, e in enumerate(episodes)}
+        admitted = {e.traj_id: 0.0 for e in episodes}
+        where: dict[str, int] = {}
+        bucket_of: dict[str, int] = {}
+        res = RolloutResult(episodes, 0.0)
+        for e in episodes:
+            b = self.sched.admit(self._obs(e, index[e.traj_id], None, None, 0.0))
+            i = self._place(b)
+            bucket_of[e.traj_id], where[e.traj_id] = b, i
+            self.inst[i].queue.append(e.traj_id)
+        tools: dict[Any, str] = {}
+        prefills: dict[Any, tuple[str, int, int]] = {}
+        unfinished = len(episodes)
+
+        def finish(ep: Episode) -> None:
+            nonlocal unfinished
+            unfinished -= 1
+            self.sched.on_finish(self._obs(ep, index[ep.traj_id], where.get(ep.traj_id), bucket_of.get(ep.traj_id), admitted[ep.traj_id]))
+            inst = self.inst[where[ep.traj_id]]
+            inst.resident.discard(ep.traj_id)
+            if inst.alive:
+                inst.handle.drop.remote([ep.traj_id])
+
+        def requeue_from(inst: Instance) -> None:
+            lost = list(inst.queue) + (inst.inflight[1] if inst.inflight else [])
+            inst.queue.clear()
+            inst.inflight = None
+            inst.resident.clear()
+            for t in lost:
+                j = self._place(bucket_of[t])
+                where[t] = j
+                self.inst[j].queue.append(t)
+                res.recovered += 1
+
+        def kill(inst: Instance) -> None:
+            inst.alive = False
+            res.dead_instances.append(inst.id)
+            requeue_from(inst)
+            if self.respawn is not None:  # a fresh worker takes its place (weights from the driver)
+                inst.handle = self.respawn(inst)
+                inst.alive = True
+
+        def dispatch() -> None:
+            for inst in self.inst.values():
+                if inst.alive and inst.inflight is None and inst.queue:
+                    batch, inst.queue[:] = inst.queue[: self.max_batch], inst.queue[self.max_batch :]
+                    reqs = [self.eps[t].request() for t in batch]
+                    inst.inflight = (inst.handle.generate.remote(reqs), batch, self._now())
+                    inst.idle_since = None
+                elif inst.alive and inst.inflight is None and not inst.queue and inst.idle_since is None:
+                    inst.idle_since = self._now()
+
+        def consult_pool() -> None:
+            if self.pool is None:
+                return
+            states = tuple(InstanceState(i.id, i.tp, i.node, len(i.inflight[1]) if i.inflight else 0, len(i.queue), i.idle_since)
+                           for i in self.inst.values() if i.alive and not i.lent)
+            waiting = len(tools) + sum(len(i.queue) for i in self.inst.values())
+            obs = PoolObservation(self._now(), 0.0, states, unfinished, waiting, False, self.plan.n_train_gpus)
+            for ch in self.pool.on_rollout_progress(obs):
+                assert isinstance(ch, RoleChange)
+                inst = self.inst[ch.instance]
+                if inst.queue or inst.inflight:
+                    continue
+                inst.lent = True
+                res.lent.append((self._now(), inst.id))
+
+        dispatch()
+        while unfinished > 0:
+            while self.faults and self._now() >= self.faults[0][0]:
+                _, victim = self.faults.pop(0)
+                inst = self.inst.get(victim)
+                if inst is not None and inst.alive:
+                    inst.handle.crash.remote()
+            pending = [i.inflight[0] for i in self.inst.values() if i.inflight] + list(tools) + list(prefills)
+            if not pending:
+                dispatch()
+                continue
+            ready, _ = ray.wait(pending, num_returns=1, timeout=0.5 if self.faults else None)
+            for ref in ready:
+                if ref in tools:
+                    t = tools.pop(ref)
+                    ep = self.eps[t]
+                    tr = ray.get(ref)
+                    text = Episode.response_text(tr)
+                    ep.on_tool_result(tr, self.encode(text), text)
+                    res.tool_calls += 1
+                    res.tool_errors += tr.outcome == "error"
+                    res.tool_timeouts += tr.outcome == "timeout"
+                    if ep.done:
+                        finish(ep)
+                        continue
+                    src = where[t]
+                    route = self.sched.on_tool_return(self._obs(ep, index[t], src, bucket_of[t], admitted[t]))
+                    bucket_of[t] = route.bucket
+                    dst = src
+                    src_inst = self.inst[src]
+                    if route.bucket != src_inst.bucket or not src_inst.alive or src_inst.lent:
+                        dst = self._place(route.bucket)
+                    if dst != src:
+                        src_inst.resident.discard(t)
+                        if src_inst.alive:
+                            src_inst.handle.drop.remote([t])
+                        if route.migrate:
+                            prefills[self.inst[dst].handle.prefill.remote(t, tuple(ep.context))] = (t, src, dst)
+                        else:
+                            res.moves_without_kv += 1
+                        where[t] = dst
+                    self.inst[dst].queue.append(t)
+                    continue
+                if ref in prefills:
+                    t, src, dst = prefills.pop(ref)
+                    try:
+                        tokens, secs = ray.get(ref)
+                    except ray.exceptions.RayActorError:
+                        continue  # the destination died; the trajectory was re-queued with its queue
+                    ti, to = self.inst[src].tp, self.inst[dst].tp
+                    kv = float(self.ev.kv_migration_s(tokens, ti, to, self.inst[src].node == self.inst[dst].node)) if self.ev else float("nan")
+                    pf = float(self.ev.prefill_s(to, tokens)) if self.ev else float("nan")
+                    res.migrations.append(Migration(t, src, dst, int(tokens), float(secs), kv, pf))
+                    continue
+                inst = next(i for i in self.inst.values() if i.inflight and i.inflight[0] == ref)
+                _, batch, started = inst.inflight  # type: ignore[misc]
+                try:
+                    outs = ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    kill(inst)
+                    continue
+                inst.inflight = None
+                busy = 0.0
+                for r in outs:
+                    ep = self.eps[r.traj_id]
+                    res.gen_tokens += len(r.tokens)
+                    res.prefill_tokens += r.prefill_tokens
+                    res.cached_tokens += r.cached_tokens
+                    busy += r.prefill_s + r.decode_s
+                    inst.resident.add(r.traj_id)
+                    call = ep.on_generation(r, self.decode)
+                    if call is None:
+                        finish(ep)
+                    else:
+                        tools[self.tools.call.remote(call.name, call.args)] = r.traj_id
+                res.engine_busy_s[inst.id] = res.engine_busy_s.get(inst.id, 0.0) + busy
+            dispatch()
+            consult_pool()
+            dispatch()
+        # a migration's prefill can still be running when the last trajectory ends elsewhere
+        for ref, (t, src, dst) in list(prefills.items()):
+            try:
+                tokens, secs = ray.get(ref)
+                ti, to = self.inst[src].tp, self.inst[dst].tp
+                kv = float(self.ev.kv_migration_s(tokens, ti, to, True)) if self.ev else float("nan")
+                pf = float(self.ev.prefill_s(to, tokens)) if self.ev else float("nan")
+                res.migrations.append(Migration(t, src, dst, int(tokens), float(secs), kv, pf))
+            except ray.exceptions.RayActorError:
+                pass
+        res.makespan_s = self._now()
+        for inst in self.inst.values():
+            inst.lent = False
+        return res
