@@ -288,55 +288,67 @@ def _to_trajectory(obj: dict[str, Any]) -> Trajectory:
 
 
 class _StepBuilder:
-    """Accumulates validated records of one step and builds its ``StepArrays``.
+    """Accumulates validated records of one step straight into column lists and builds its
+    ``StepArrays``.
 
-    Records are kept as parsed (their turn dicts flattened into one list, by reference) and each
-    column is then extracted with one list comprehension over all turns of the step: far fewer
-    Python operations per turn than appending field by field, and no ``Trajectory`` objects.
-    Pass 1 guarantees the keys exist and that a null ``tool`` has no tokens/latency/outcome.
+    Each record's turn fields are pulled out with one list comprehension per field and the dicts
+    are dropped at once: keeping a step's parsed dicts alive instead makes every garbage
+    collection pass walk them, which slowed parsing down more than the copies cost (measured:
+    1.09 s vs 1.52 s per 20k trajectories, vs 1.61 s appending field by field). Tool, outcome
+    and finish names are turned into codes once per step. Pass 1 guarantees the keys exist and
+    that a null ``tool`` has no tokens, latency or outcome.
     """
 
     def __init__(self, step: int) -> None:
         self.step = step
-        self.records: list[dict[str, Any]] = []
-        self.turns: list[dict[str, Any]] = []
+        self.ids: list[str] = []
+        self.groups: list[str | None] = []
+        self.prompt: list[int] = []
+        self.reward: list[float | None] = []
+        self.finish: list[str | None] = []
         self.nturns: list[int] = []
-
-    def add(self, obj: dict[str, Any]) -> None:
-        turns = obj["turns"]
-        self.records.append(obj)
-        self.turns.extend(turns)
-        self.nturns.append(len(turns))
+        self.gen: list[int] = []
+        self.names: list[str | None] = []
+        self.ttok: list[int] = []
+        self.lat: list[float | None] = []
+        self.outcome: list[str | None] = []
 
     @property
     def n(self) -> int:
-        return len(self.records)
+        return len(self.ids)
+
+    def add(self, obj: dict[str, Any]) -> None:
+        self.ids.append(obj["id"])
+        self.groups.append(obj.get("group"))
+        self.prompt.append(obj["prompt_tokens"])
+        self.reward.append(obj.get("reward"))
+        self.finish.append(obj.get("finish"))
+        turns = obj["turns"]
+        self.nturns.append(len(turns))
+        self.gen.extend([t["gen_tokens"] for t in turns])
+        self.names.extend([t["tool"] for t in turns])
+        self.ttok.extend([t.get("tool_tokens", 0) for t in turns])
+        self.lat.extend([t.get("tool_latency_s") for t in turns])
+        self.outcome.extend([t.get("outcome") for t in turns])
 
     def build(self) -> StepArrays:
-        recs, turns = self.records, self.turns
-        n = len(recs)
-        offsets = np.zeros(n + 1, np.int64)
+        offsets = np.zeros(len(self.ids) + 1, np.int64)
         np.cumsum(np.asarray(self.nturns, np.int64), out=offsets[1:])
-        names = [t["tool"] for t in turns]
-        tool_names = tuple(k for k in dict.fromkeys(names) if k is not None)  # first-seen order
+        tool_names = tuple(k for k in dict.fromkeys(self.names) if k is not None)  # first-seen order
         tools: dict[str | None, int] = {None: -1, **{k: i for i, k in enumerate(tool_names)}}
-        tool_code = list(map(tools.__getitem__, names))
-        outcome_code = list(map(_OUTCOME_INDEX_NULL.__getitem__, [t.get("outcome") for t in turns]))
-        finish_code = list(map(_FINISH_INDEX_NULL.__getitem__, [r.get("finish") for r in recs]))
-        # None -> NaN happens in np.asarray(..., float64)
         return StepArrays(
             step=self.step,
-            ids=tuple([r["id"] for r in recs]),
-            groups=tuple([r.get("group") for r in recs]),
-            prompt_tokens=np.asarray([r["prompt_tokens"] for r in recs], np.int64),
+            ids=tuple(self.ids),
+            groups=tuple(self.groups),
+            prompt_tokens=np.asarray(self.prompt, np.int64),
             turn_offsets=offsets,
-            gen_tokens=np.asarray([t["gen_tokens"] for t in turns], np.int64),
-            tool_tokens=np.asarray([t.get("tool_tokens", 0) for t in turns], np.int64),
-            tool_latency_s=np.asarray([t.get("tool_latency_s") for t in turns], np.float64),
-            tool_code=np.asarray(tool_code, np.int16),
-            outcome_code=np.asarray(outcome_code, np.int8),
-            reward=np.asarray([r.get("reward") for r in recs], np.float64),
-            finish_code=np.asarray(finish_code, np.int8),
+            gen_tokens=np.asarray(self.gen, np.int64),
+            tool_tokens=np.asarray(self.ttok, np.int64),
+            tool_latency_s=np.asarray(self.lat, np.float64),  # None -> NaN
+            tool_code=np.asarray(list(map(tools.__getitem__, self.names)), np.int16),
+            outcome_code=np.asarray(list(map(_OUTCOME_INDEX_NULL.__getitem__, self.outcome)), np.int8),
+            reward=np.asarray(self.reward, np.float64),  # None -> NaN
+            finish_code=np.asarray(list(map(_FINISH_INDEX_NULL.__getitem__, self.finish)), np.int8),
             tool_names=tool_names,  # type: ignore[arg-type]
         )
 
