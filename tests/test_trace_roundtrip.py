@@ -15,7 +15,7 @@ from libra.errors import TraceError, UserError
 from libra.trace import StepArrays, TraceHeader, Trajectory, Turn, open_trace, read_trajectories, write_trace
 from trace_strategies import trajectory_lists
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def _steps_equal(a: StepArrays, b: StepArrays) -> None:
