@@ -6,16 +6,19 @@ changes no smooth formula follows to a few percent. Piecewise-multilinear interp
 (log size -> log time) reproduces the measurements and is cheap; the roofline carries the shape
 beyond the grid (see ``cost_models.operators.fitted``).
 
-Three steps turn scattered rows into a table:
+The primitives that turn scattered rows into a table (``fit.log_table`` composes them):
 
 1. ``place``: rows go to the cells of the product grid of the unique values of each axis
    (duplicates averaged in log space);
-2. ``fill``: empty cells (shapes not measured, or rows held out by ``report``) get values by
+2. ``monotone_l1`` / ``make_monotone``: measured cells made non-decreasing along the size axes
+   (more work never takes less time), by L1 isotonic regression (the minority side of a
+   violation moves) and/or the running minimum from the top (a cell slower than some larger
+   shape takes that larger shape's time);
+3. ``fill``: empty cells (shapes not measured, or rows held out by ``report``) get values by
    interpolating the *residual against a baseline* (log measured - log roofline) along each axis
-   from the nearest measured cells, so a hole is filled with the roofline shape corrected by its
-   neighbours' efficiency;
-3. ``make_monotone``: the table is made non-decreasing along the axes that are sizes (more work
-   never takes less time): a cell slower than some larger shape takes that larger shape's time.
+   from the nearest measured cells, combined over axes with ``axis_weights`` (learned
+   leave-one-out on the measured cells), so a hole is filled with the baseline's shape
+   corrected by its neighbours' efficiency.
 """
 
 from __future__ import annotations
