@@ -152,16 +152,21 @@ def test_curves_are_completed_from_the_most_parallel_measured_curves() -> None:
 
 
 def test_decode_design_keeps_each_cell_in_its_measured_range() -> None:
+    law = lambda h, b, step: 1e-5 + 1e-7 * h + 1e-9 * b * step  # noqa: E731
     rows = []
-    for b, top in ((1, 6), (2, 6), (4, 4)):
-        for step in 2 ** np.arange(top) - 1:
-            rows.append((b, 8, 1, step + 1, 1e-5 + 1e-9 * b * (step + 1)))
+    for h, b, top in ((8, 1, 6), (16, 1, 6), (8, 2, 6), (8, 4, 4)):
+        for step in 2 ** np.arange(top):
+            rows.append((b, h, 1, step, law(h, b, step)))
     frame = pd.DataFrame(rows, columns=["batch_size", "num_heads", "num_key_value_heads", "step", "latency_s"])
     frame = frame[~((frame["batch_size"] == 2) & (frame["step"] == 4))]
+    frame = frame[~((frame["batch_size"] == 1) & (frame["num_heads"] == 8) & (frame["step"] == 32))]
     steps, cells, filled = decode_design(frame)
-    assert cells == [(8.0, 1.0, 1.0), (8.0, 1.0, 2.0), (8.0, 1.0, 4.0)]
+    assert cells == [(8.0, 1.0, 1.0), (8.0, 1.0, 2.0), (8.0, 1.0, 4.0), (16.0, 1.0, 1.0)]
     assert np.isnan(filled[2, 4:]).all()  # batch 4 was measured up to step 8 only
-    assert np.exp(filled[1, 2]) == pytest.approx(1e-5 + 2e-9 * 4, rel=0.01)
+    assert np.exp(filled[1, 2]) == pytest.approx(law(8, 2, 4), rel=0.01)
+    # 16 heads with the same KV heads and batch reached step 32, so 8 heads spans it too,
+    # continued by that cell's step (same KV bytes per step)
+    assert np.exp(filled[0, 5]) == pytest.approx(law(8, 1, 32), rel=0.02)
 
 
 def test_moe_table_spans_the_token_axis_and_below_it_follows_the_roofline() -> None:

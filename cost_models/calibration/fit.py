@@ -181,16 +181,19 @@ def affine_fit(x: np.ndarray, y: np.ndarray, slope_floor: float, intercept_floor
 
 def decode_design(frame: pd.DataFrame) -> tuple[np.ndarray, list[tuple[float, float, float]], np.ndarray]:
     """Each (heads, kv_heads, batch) cell's KV sweep on the measurement design's step grid:
-    (steps, cells, log-latency matrix cells x steps, NaN outside each cell's measured range).
+    (steps, cells, log-latency matrix cells x steps, NaN outside each cell's KV range).
 
     The affine law is fitted to minimize the mean relative error over the KV lengths of the
-    design (log-spaced steps: every octave of KV weighs the same). A cell that misses some of
-    those steps inside its measured range (not measured, or held out by ``report``) gets them
-    from its measured neighbours and the bend of the most parallel measured cells
+    design (log-spaced steps: every octave of KV weighs the same). A cell's KV range is its own
+    measured range, widened to the range measured for any cell with the same KV heads and at
+    least as many query heads and sequences (in the aiconfigurator sweeps the range only
+    shrinks as heads and batch grow, so on complete data this is the cell's own range, and
+    a complete sweep is fitted on exactly its measurements). Steps a cell misses inside that
+    range (not measured, or held out by ``report``, including its longest KV) come from its
+    measured neighbours and the bend / step of the most parallel measured cells
     (``fill_by_shape_curvature``: the launch-bound plateau turns into the bandwidth-bound line
     at similar KV for similar cells), so the fit weighs the KV range the same whichever steps
-    happen to be missing instead of leaning on the points next to a hole. The range is not
-    extended: a complete sweep is fitted on exactly its measurements."""
+    happen to be missing."""
     steps = np.unique(frame["step"].to_numpy(np.float64))
     groups = list(frame.groupby(["num_heads", "num_key_value_heads", "batch_size"], sort=True))
     total = np.zeros((len(groups), len(steps)))
@@ -202,7 +205,22 @@ def decode_design(frame: pd.DataFrame) -> tuple[np.ndarray, list[tuple[float, fl
     with np.errstate(invalid="ignore", divide="ignore"):
         mat = np.where(count > 0, total / np.maximum(count, 1.0), np.nan)
     cells = [tuple(float(v) for v in key) for key, _ in groups]
-    return steps, cells, fill_by_shape_curvature(steps, mat, extend=False)  # type: ignore[return-value]
+    # beyond a cell's measured steps, borrow only from cells with the same KV heads and batch
+    # (the same KV bytes per step: their line has this cell's slope); inside, from any cell
+    same_kv_batch = np.array([c[1] * 1e6 + c[2] for c in cells])
+    filled = fill_by_shape_curvature(steps, mat, extend=True, groups=same_kv_batch)
+    known = ~np.isnan(mat)
+    first = np.array([np.flatnonzero(r)[0] for r in known])
+    last = np.array([np.flatnonzero(r)[-1] for r in known])
+    arr = np.array(cells)
+    for i, (h, kv, b) in enumerate(cells):
+        # the design's KV range only shrinks as heads and batch grow: a cell spans at least
+        # the range measured for any cell with as many KV heads and more heads and sequences
+        dom = (arr[:, 1] == kv) & (arr[:, 0] >= h) & (arr[:, 2] >= b)
+        lo, hi = min(first[dom].min(), first[i]), max(last[dom].max(), last[i])
+        filled[i, :lo] = np.nan
+        filled[i, hi + 1:] = np.nan
+    return steps, cells, filled  # type: ignore[return-value]
 
 
 def fit_attn_decode(frame: pd.DataFrame, roof: RooflineOperators) -> dict[str, Any]:
@@ -265,10 +283,14 @@ def _similar(mat: np.ndarray, known: np.ndarray, s: int, others: np.ndarray, cou
     with np.errstate(invalid="ignore"):
         spread = np.nanstd(diff, axis=1)
     spread = np.where(np.isnan(spread) | (both.sum(axis=1) < 2), np.inf, spread)
-    return np.argsort(spread, kind="stable")[:count]
+    order = np.argsort(spread, kind="stable")[:count]
+    finite = order[np.isfinite(spread[order])]
+    return finite if len(finite) else order  # no comparable curve: every candidate votes
 
 
-def fill_by_shape_curvature(tokens: np.ndarray, mat: np.ndarray, neighbours: int = 16, extend: bool = True) -> np.ndarray:
+def fill_by_shape_curvature(
+    tokens: np.ndarray, mat: np.ndarray, neighbours: int = 16, extend: bool = True, groups: np.ndarray | None = None
+) -> np.ndarray:
     """Complete curves of log latency over a shared size axis (``mat``: one row per curve, one
     column per value of ``tokens``, NaN where not measured): MoE shapes over tokens, decode
     cells over KV steps.
@@ -283,7 +305,9 @@ def fill_by_shape_curvature(tokens: np.ndarray, mat: np.ndarray, neighbours: int
       neighbours plus the median bend of the other curves away from that same line;
     - with ``extend``, below / above the measured range: the nearest measured value plus the
       median log step of the other curves from that size, kept monotone (never faster than a
-      larger size, never slower than a smaller one), as far as other curves were measured."""
+      larger size, never slower than a smaller one), as far as other curves were measured;
+      with ``groups`` (one label per curve), only curves with the same label are borrowed
+      from there."""
     lx = np.log(tokens)
     out = mat.copy()
     known = ~np.isnan(mat)
@@ -308,6 +332,8 @@ def fill_by_shape_curvature(tokens: np.ndarray, mat: np.ndarray, neighbours: int
                                  (1, idx[-1], range(idx[-1] + 1, mat.shape[1]) if extend else ())):
             for j in js:
                 others = known[:, e] & known[:, j]
+                if groups is not None:
+                    others &= groups == groups[s]
                 others[s] = False
                 if not others.any():
                     break  # no curve reaches this far: the roofline takes over (fitted.py)
