@@ -14,9 +14,11 @@ device's roofline, and returns the tables ``cost_models.operators.fitted`` evalu
   GPU count (``t = alpha + bytes / beta``) used to rescale link bandwidth (a800, or inter-node
   data measured on another GPU) and shown in the docs.
 
-Holes in a table (shapes not measured, rows held out by ``report``) are filled with the roofline
-shape corrected by the neighbours' measured efficiency (``grid.fill``), and every table is made
-monotone in its size axes (``grid.make_monotone``).
+Holes in a table (shapes not measured, rows held out by ``report``) are filled with the baseline
+shape (roofline; a collective's own alpha-beta line) corrected by the neighbours' measured
+efficiency (``grid.fill`` with learned axis weights), and every table is made monotone in its
+size axes without letting a filled hole move a measured cell (``log_table``). MoE token curves
+and decode KV curves are completed from the other measured curves (``fill_by_shape_curvature``).
 """
 
 from __future__ import annotations
