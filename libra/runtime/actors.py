@@ -99,8 +99,8 @@ class TrainWorker:
 
         self.learner = Learner(rank=rank, world=world, **learner_opts)
 
-    def train_step(self, samples: list[Any]) -> dict[str, float]:
-        return self.learner.train_step(samples)
+    def train_step(self, samples: list[Any], die_after: int | None = None) -> dict[str, float]:
+        return self.learner.train_step(samples, die_after)
 
     def state_dict(self) -> dict[str, Any]:
         return self.learner.state_dict()

@@ -122,8 +122,9 @@ class Runner:
             remove_placement_group(pg)
         self.engines, self.trainers, self.groups = {}, [], []
 
-    def _place(self, plan: Plan) -> float:
-        """(Re)create actors for ``plan``'s shape; returns seconds spent (0 when unchanged)."""
+    def _place(self, plan: Plan, from_checkpoint_only: bool = False) -> float:
+        """(Re)create actors for ``plan``'s shape; returns seconds spent (0 when unchanged).
+        ``from_checkpoint_only``: the trainer died, do not try to checkpoint it first."""
         import ray
 
         from libra.runtime.actors import make_group, start_engine, start_trainers
@@ -133,7 +134,7 @@ class Runner:
         if shape == self.shape:
             return 0.0
         t0 = time.perf_counter()
-        if self.trainers:  # keep the trainer's state across the re-placement
+        if self.trainers and not from_checkpoint_only:  # keep the trainer's state across the re-placement
             self._checkpoint()
         self._teardown_actors()
         opts = self._engine_opts()
@@ -196,29 +197,30 @@ class Runner:
         ray.get([w.save_checkpoint.remote(self.ckpt) for w in self.trainers])
         return time.perf_counter() - t0
 
-    def _train(self, plan: Plan, samples: list[Any], step: int) -> dict[str, float]:
-        """Shard the samples over the trainer workers and update; a dead worker brings the group
-        back from the last checkpoint and the update is redone."""
+    def _train(self, plan: Plan, samples: list[Any], step: int) -> tuple[dict[str, float], float]:
+        """Shard the samples over the trainer workers, update, and push the new weights to the
+        engines. A worker that dies (during the update or the weight gather) brings the group
+        back from the last checkpoint and the step's update is redone. Returns (stats, sync_s)."""
         import ray
 
-        faults = [f for f in self.cfg.faults if f["kill"] == "trainer" and f["step"] == step and not f.get("_done")]
+        faults = [f for f in self.cfg.faults if f["kill"] == "trainer" and f["step"] == step]
         for attempt in range(3):
             world = len(self.trainers)
             shards = [samples[r::world] for r in range(world)]
-            refs = [w.train_step.remote(s) for w, s in zip(self.trainers, shards)]
-            if faults:  # fault injection: kill the last worker mid-update
-                faults[0]["_done"] = True
-                time.sleep(float(faults[0].get("at_s", 0.2)))
-                faults = []
-                self.trainers[-1].crash.remote()
+            # fault injection: the last worker exits after its first optimizer step of this update
+            die = [None] * world
+            if faults and attempt == 0:
+                die[-1] = 1
+            refs = [w.train_step.remote(s, d) for w, s, d in zip(self.trainers, shards, die)]
             try:
                 stats = ray.get(refs)
-                return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}
+                sync_s = self._sync_weights()
+                return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}, sync_s
             except ray.exceptions.RayActorError:
                 self.trainer_restarts += 1
                 self.log(f"a trainer worker died during step {step}; restarting the group from the last checkpoint")
                 self.shape = None
-                self._place(plan)
+                self._place(plan, from_checkpoint_only=True)
         raise RuntimeError(f"training of step {step} failed 3 times")
 
     def _episodes(self, step: int) -> list[Any]:
@@ -290,8 +292,7 @@ class Runner:
                 rewards = [e.reward for e in eps]
                 adv = group_advantages(rewards, [e.group for e in eps])
                 samples = [Sample(tuple(e.context), tuple(e.gen_mask), float(a)) for e, a in zip(eps, adv)]
-                tr = self._train(plan, samples, step)
-                sync_s = self._sync_weights()
+                tr, sync_s = self._train(plan, samples, step)
                 ck_s = self._checkpoint() if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 else 0.0
                 trajs = [e.to_trajectory() for e in eps]
                 self.trajectories += trajs

@@ -66,7 +66,15 @@ class Learner:
         self.step_done = 0
         if backend == "deepspeed":
             import deepspeed
+            import importlib
 
+            ds_torch_comm = importlib.import_module("deepspeed.comm.torch")
+
+            # DeepSpeed's CPU accelerator JIT-compiles a shared-memory all-reduce op at
+            # init_distributed (30-45 s on an idle 2-core machine, minutes on a busy one). Only its
+            # inference kernels use that op; ZeRO training goes through torch.distributed (gloo),
+            # so we skip the build.
+            ds_torch_comm.build_shm_op = lambda: None
             if not torch.distributed.is_initialized():
                 deepspeed.init_distributed(dist_backend="gloo" if self.device.type == "cpu" else "nccl")
             self.engine, self.opt, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=_ds_config(zero_stage, max_grad_norm))
@@ -80,9 +88,10 @@ class Learner:
         net = self.engine if self.engine is not None else self.model
         return token_logprobs(net, ids, attn)
 
-    def train_step(self, samples: Sequence[Sample]) -> dict[str, float]:
+    def train_step(self, samples: Sequence[Sample], die_after: int | None = None) -> dict[str, float]:
         """One RL step on this worker's shard (every worker of a DeepSpeed group must call it
-        with the same number of mini-batches: the driver gives each at least ``mini_batches``)."""
+        with the same number of mini-batches: the driver gives each at least ``mini_batches``).
+        ``die_after``: fault injection, the process exits after that many optimizer steps."""
         torch = self.torch
         t0 = time.perf_counter()
         m = max(1, min(self.mini_batches, len(samples)))
@@ -94,6 +103,7 @@ class Learner:
         t_fwd = time.perf_counter() - t0
         stats: dict[str, float] = {}
         tokens = 0
+        done_mb = 0
         for (ids, attn, mask, adv), o, r in zip(batches, old, ref):
             logp = self._forward_logp(ids, attn)
             loss, st = grpo_loss(logp, o, mask, adv, self.clip, r, self.kl_coef)
@@ -106,6 +116,9 @@ class Learner:
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
                 self.opt.step()
             tokens += int(attn.sum())
+            done_mb += 1
+            if die_after is not None and done_mb >= die_after:
+                os._exit(1)
             for k, v in st.items():
                 stats[k] = stats.get(k, 0.0) + v / m
         self.step_done += 1
