@@ -147,6 +147,10 @@ def start_engine(pg: PlacementGroup, instance: int, kind: str, model_dir: str, o
     """An ``EngineActor`` taking its TP group's whole bundle (``make_group(1, ..., per_bundle=tp)``):
     one actor drives the TP group, as vLLM's executor does."""
     res = {"num_gpus": tp * frac} if use_gpu else {"num_cpus": tp * frac}
+    if kind == "vllm":
+        opts = {**opts, "tp": tp}  # vLLM shards the model over the bundle's tp devices
+    else:
+        opts = {**opts, "threads": (opts.get("threads") or 1) * tp}  # the torch engine: tp CPU threads
     return EngineActor.options(scheduling_strategy=_in_group(pg, 0), **res).remote(instance, kind, model_dir, opts)
 
 

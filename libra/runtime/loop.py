@@ -96,7 +96,7 @@ class Runner:
         self.engine_kind = kind
         if kind == "torch":
             return {"device": self.cfg.device, "seed": self.cfg.seed, "max_context": self.cfg.max_context, "threads": self.cfg.threads}
-        return {"device": self.cfg.device, "seed": self.cfg.seed, "max_context": self.cfg.max_context}
+        return {"device": self.cfg.device, "seed": self.cfg.seed, "max_context": self.cfg.max_context, "kv_gib": self.cfg.vllm_kv_gib}
 
     def _learner_opts(self, plan: Plan) -> dict[str, Any]:
         return {"model_dir": self.model_dir, "backend": self.cfg.trainer, "zero_stage": self.cfg.zero_stage or plan.train.zero_stage,

