@@ -25,21 +25,24 @@ def ev() -> CostEvaluator:
 
 
 def _exhaustive_fits(caps: list[int], sizes: list[int]) -> bool:
-    """Independent exact packing check: try every node for every item (small cases only)."""
-    sizes = sorted(sizes, reverse=True)
+    """Independent exact packing check: try every node for every item, memoized on the multiset
+    of free capacities (small cases only)."""
+    from functools import lru_cache
 
+    items = tuple(sorted(sizes, reverse=True))
+
+    @lru_cache(maxsize=None)
     def rec(i: int, free: tuple[int, ...]) -> bool:
-        if i == len(sizes):
+        if i == len(items):
             return True
-        seen = set()
-        for n, f in enumerate(free):
-            if f >= sizes[i] and f not in seen:
-                seen.add(f)
-                if rec(i + 1, free[:n] + (f - sizes[i],) + free[n + 1 :]):
+        for f in set(free):
+            if f >= items[i]:
+                j = free.index(f)
+                if rec(i + 1, tuple(sorted(free[:j] + (f - items[i],) + free[j + 1 :]))):
                     return True
         return False
 
-    return rec(0, tuple(caps))
+    return rec(0, tuple(sorted(caps)))
 
 
 def test_packing_is_exact_for_divisible_tp_degrees() -> None:
@@ -65,17 +68,27 @@ def _brute_force_rollout(dp, G: int, gpn: int) -> float:  # type: ignore[no-unty
     for layout in dp.layouts():
         if not dp.feasible(layout):
             continue
-        raw = [dp.bucket_times(layout, b, np.arange(1, G // t + 1, dtype=float)) for b, t in enumerate(layout.tps)]
-        crit = dp.critical_path(layout)
-        ranges = [range(1, G // t + 1) for t in layout.tps]
-        for counts in itertools.product(*ranges):
-            if sum(t * m for t, m in zip(layout.tps, counts)) > G:
-                continue
+        curves = dp.curves(layout, [max(1, G // t) for t in layout.tps])
+        for counts in itertools.product(*[range(1, G // t + 1) for t in layout.tps]):
             if not fits(G, gpn, [t for t, m in zip(layout.tps, counts) for _ in range(m)]):
                 continue
-            load = max(float(raw[b][m - 1]) for b, m in enumerate(counts))
-            best = min(best, max(load, crit))
+            best = min(best, dp.objective(curves, counts)[0])
     return best
+
+
+def test_max_second_count_matches_packing() -> None:
+    from libra.planner.rollout_dp import max_second_count
+
+    for G in (1, 3, 6, 8, 10, 13, 16, 21):
+        for t1, t2 in ((1, 2), (1, 4), (2, 4), (2, 8), (1, 8), (4, 8)):
+            m1 = np.arange(0, G // t1 + 2)
+            got = max_second_count(G, 8, t1, m1, t2)
+            for a, k in zip(m1, got):
+                want = -1
+                for m2 in range(0, G // t2 + 1):
+                    if _exhaustive_fits(node_capacities(G, 8), [t1] * int(a) + [t2] * m2):
+                        want = m2
+                assert k == want, (G, t1, t2, a)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -83,7 +96,7 @@ def test_search_equals_brute_force(ev: CostEvaluator, mode: str) -> None:
     """12 GPUs on 8-GPU nodes (a partial node for most splits), 2 buckets: the search's choice is
     the brute-force optimum of the same objective, split by split and overall."""
     cluster = ClusterSpec(12, "a800", "qwen3-8b", gpus_per_node=8)
-    planner = Planner(cluster, ev, SearchOptions(mode=mode, max_buckets=2))
+    planner = Planner(cluster, ev, SearchOptions(mode=mode))
     hist = make_history(2, n=48, median=3000, error_long=True)
     res = planner.search(hist, hist[-1].prompt_tokens)
     dp = planner.rollout_dp(res.stats)

@@ -1,36 +1,36 @@
 """The rollout DP: which TP degrees, how many instances of each, and which context range each serves.
 
-A *layout* (``BucketLayout``) is a list of buckets ordered by context range, each with one TP
-degree (non-decreasing: longer contexts get equal or more GPUs per instance) and interior context
-bounds taken from ``WorkloadStats.boundary_candidates`` (quantiles of recent final lengths). For a
-layout and instance counts ``m_b`` the predicted rollout makespan is
+A *layout* (``BucketLayout``) is one or two buckets ordered by context range, each with one TP
+degree (non-decreasing: longer contexts get equal or more GPUs per instance) and an interior
+bound taken from ``WorkloadStats.boundary_candidates`` (quantiles of recent final lengths).
 
-    makespan = max( max_b  time_b(m_b),  critical_path )
+Model of a bucket ``b`` of TP ``t`` with ``m`` instances (``WorkloadStats`` gives, for the
+bucket's context range, the decode tokens ``T``, their KV-context sum ``S``, the prefill tokens
+``P``, and the tail trajectory's decode tokens ``tail`` and prefill tokens ``tail_P``):
 
-* ``time_b(m)`` is bucket ``b``'s load: the work recent steps put in its context range (decode
-  tokens ``T_b``, their KV-context sum ``S_b``, prefill tokens ``P_b``; ``WorkloadStats``) spread
-  evenly over ``m`` instances of TP ``t_b``. Each instance runs at a typical batch
-  ``B = clip(ceil(N_b / m), 1, min(max_running_seqs(t_b), kv_capacity(t_b) / mean context))``
-  with ``N_b`` the trajectories that pass through the range, so
-  ``time_b(m) = T_b / (m B) * base(t_b, B) + slope(t_b, B) * S_b / m + P_b * prefill_per_token(t_b) / m``
-  (``decode_coeffs``: one decode iteration costs ``base + slope * total_context``). More instances
-  never hurt: the planner may leave one idle, so ``time_b`` is taken as its running minimum.
-* ``critical_path`` is the long tail: the expected longest trajectory (``WorkloadStats`` tail) run
-  at batch 1 on each bucket's TP over the part of its context inside that bucket, plus its own
-  prefill and tool latencies. Higher TP shortens it; lower TP gives more throughput per GPU. The
-  layout search trades the two.
+* continuous batching runs an instance for ``I = max(tail, T / (m * Bcap))`` iterations: the tail
+  trajectory is in one iteration per token it generates, and no iteration holds more than
+  ``Bcap = min(max_running_seqs(t), kv_capacity(t) / mean context)`` sequences;
+* its average batch is then ``B = clip(T / (m * I), 1, Bcap)`` and one iteration costs
+  ``iter = base(t, B) + slope(t, B) * B * S / T`` (``decode_coeffs``, interpolated in B);
+* the bucket's busy time is ``load_b(m) = I * iter + P * prefill_per_token(t) / m``;
+* the tail spends ``tail_b(m) = tail * iter + tail_P * prefill_per_token(t)`` in it: it shares
+  the bucket's batches, so its tokens cost the batch's iteration time, not batch 1's.
 
-A layout is infeasible when a bucket's upper bound (or, for the last bucket, the tail's context)
-does not fit the KV cache of its TP, or when its weights do not fit at all.
+The rollout makespan of counts ``m`` is
 
-The search for a GPU budget ``G`` is a min-max allocation solved exactly: for each candidate load
-level ``L`` (every value some ``time_b`` takes) the minimal counts are ``m_b(L) = min{m: time_b(m)
-<= L}`` and the GPUs needed ``need(L) = sum_b t_b m_b(L)``; the best load for ``G`` is the smallest
-``L`` with ``need(L) <= G`` *whose minimal counts pack on the nodes* (``packing.fits``: TP groups
-never cross a node; removing instances keeps a packing valid, so the minimal counts are the right
-test). One vectorized pass gives ``need`` for every level and hence the curve for every budget at
-once; queries per budget are then a search plus a few packing checks, memoized by
-``(stats digest, G)``. Leftover GPUs go to the busiest buckets.
+    makespan = max( max_b load_b(m_b),  tail_tool_s + sum_b tail_b(m_b) )
+
+(the tail passes through the buckets one after the other, with its tool calls in between). More
+instances never hurt (one could idle), so ``load_b`` and ``tail_b`` are used as running minima
+over ``m``; both are then non-increasing, so for a fixed count of the first bucket the best count
+of the second is the largest that packs. The DP is exact: for each budget ``G`` and layout it
+enumerates the first bucket's count (vectorized) with the second's largest packable count.
+Rollout owns the first ``G`` GPUs (full nodes then at most one partial node); TP groups never
+cross a node; for two TP degrees that divide each other and the node size, the largest packable
+count has a closed form (``max_second_count``), checked against an exhaustive packer in the tests.
+A layout is infeasible when a bucket's upper bound (the tail's length for the last bucket)
+exceeds the KV capacity of its TP. Results are memoized per ``(statistics digest, G)``.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from libra.planner.costs import DecodeTable
-from libra.planner.packing import fits, node_capacities, pack
+from libra.planner.packing import node_capacities, pack
 from libra.planner.plan import Bucket, RolloutInstance
 from libra.planner.stats import WorkloadStats
 
-DEFAULT_MAX_BUCKETS = 3
+DEFAULT_MAX_BUCKETS = 2
 
 
 @dataclass(frozen=True)
@@ -73,12 +73,34 @@ class RolloutChoice:
 
 
 @dataclass
-class _Curve:
+class _Curves:
+    """Per bucket, ``load_b`` and ``tail_b`` (running minima) for m = 1..M_b."""
+
     layout: BucketLayout
-    tau: list[np.ndarray]  # per bucket, running-min time for m = 1..M_b
-    levels: np.ndarray  # sorted candidate load levels
-    need: np.ndarray  # GPUs needed per level (non-increasing)
-    crit: float
+    load: list[np.ndarray]
+    tail: list[np.ndarray]
+
+
+def max_second_count(G: int, gpn: int, t1: int, m1: np.ndarray, t2: int) -> np.ndarray:
+    """Largest count of TP-``t2`` instances that packs on the first ``G`` GPUs next to ``m1``
+    TP-``t1`` instances (``t1`` divides ``t2``, both divide ``gpn``); -1 where ``m1`` alone does
+    not pack.
+
+    Exact: big instances go to full nodes first (the partial node can only take what fits its
+    remainder), every full node's leftover is a multiple of ``t2`` hence of ``t1``, so the small
+    instances fit iff they fit the full nodes' leftover plus the partial node's leftover rounded
+    down to a multiple of ``t1``.
+    """
+    F, r = divmod(G, gpn)
+    per_full = gpn // t2
+    k = np.arange(F * per_full + r // t2 + 1)  # candidate counts of big instances
+    in_full = np.minimum(k, F * per_full)
+    in_part = k - in_full
+    room = (F * gpn - in_full * t2) + ((r - in_part * t2) // t1) * t1  # non-increasing in k
+    need = np.asarray(m1) * t1
+    # largest k with room[k] >= need: room is non-increasing, search on its negation
+    idx = np.searchsorted(-room, -need, side="right") - 1
+    return idx
 
 
 class RolloutDP:
@@ -93,13 +115,15 @@ class RolloutDP:
         tps: Sequence[int] | None = None,
         max_buckets: int = DEFAULT_MAX_BUCKETS,
     ) -> None:
+        if not 1 <= max_buckets <= 2:
+            raise ValueError(f"max_buckets must be 1 or 2, got {max_buckets}")
         self.stats = stats
         self.table = table
         self.gpus_per_node = gpus_per_node
         self.max_gpus = max_gpus
         self.tps = tuple(t for t in (tps or table.usable_tps) if t in table.usable_tps)
         self.max_buckets = max_buckets
-        self._curves: list[_Curve] | None = None
+        self._curves: list[_Curves] | None = None
         self._memo: dict[int, RolloutChoice | None] = {}
         self.hits = 0
         self.misses = 0
@@ -128,87 +152,95 @@ class RolloutDP:
                 return False
         return True
 
-    def bucket_times(self, layout: BucketLayout, b: int, m: np.ndarray) -> np.ndarray:
-        """``time_b(m)`` for an array of instance counts (not yet running-minimized)."""
+    def raw_times(self, layout: BucketLayout, b: int, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(load_b(m), tail_b(m))`` for an array of instance counts, before the running minimum."""
         s, t = self.stats, layout.tps[b]
         lo, hi = self._cell_ranges(layout)[b]
         T = float(s.decode_tokens[lo:hi].sum())
         S = float(s.decode_ctx_sum[lo:hi].sum())
         P = float(s.prefill_tokens[lo:hi].sum())
-        N = float(s.reach[lo:hi].max()) if hi > lo else 0.0
+        tail = float(s.tail_decode_tokens[lo:hi].sum())
+        tail_p = float(s.tail_prefill_tokens[lo:hi].sum())
         m = np.asarray(m, np.float64)
-        if T <= 0 and P <= 0:
-            return np.zeros_like(m)
-        ctx_avg = S / T if T > 0 else 1.0
-        bmax = max(1, min(self.table.max_seqs[t], int(self.table.kv_capacity[t] // max(ctx_avg, 1.0))))
-        B = np.clip(np.ceil(N / m), 1, bmax).astype(np.int64)
-        base = self.table.base[t][B - 1]
-        slope = self.table.slope[t][B - 1]
-        return T / (m * B) * base + slope * S / m + P * self.table.prefill_per_token[t] / m
+        ppt = self.table.prefill_per_token[t]
+        if T <= 0:
+            return P * ppt / m, np.full_like(m, tail_p * ppt)
+        ctx = S / T
+        bcap = float(max(1, min(self.table.max_seqs[t], int(self.table.kv_capacity[t] // max(ctx, 1.0)))))
+        iters = np.maximum(tail, T / (m * bcap))
+        B = np.clip(T / (m * iters), 1.0, bcap)
+        grid = np.arange(1, len(self.table.base[t]) + 1, dtype=np.float64)
+        it = np.interp(B, grid, self.table.base[t]) + np.interp(B, grid, self.table.slope[t]) * B * ctx
+        return iters * it + P * ppt / m, tail * it + tail_p * ppt
 
-    def critical_path(self, layout: BucketLayout) -> float:
-        """The tail trajectory's own time at batch 1 on its buckets' TPs, plus its tools."""
-        s = self.stats
-        total = s.tail_tool_s
-        for b, (lo, hi) in enumerate(self._cell_ranges(layout)):
-            t = layout.tps[b]
-            total += float(s.tail_decode_tokens[lo:hi].sum()) * self.table.base[t][0]
-            total += float(s.tail_decode_ctx_sum[lo:hi].sum()) * self.table.slope[t][0]
-            total += float(s.tail_prefill_tokens[lo:hi].sum()) * self.table.prefill_per_token[t]
-        return total
+    def curves(self, layout: BucketLayout, M: Sequence[int]) -> _Curves:
+        """Running-minimum ``load_b`` and ``tail_b`` for m = 1..M[b]."""
+        loads, tails = [], []
+        for b in range(len(layout.tps)):
+            load, tail = self.raw_times(layout, b, np.arange(1, M[b] + 1, dtype=np.float64))
+            loads.append(np.minimum.accumulate(load))
+            tails.append(np.minimum.accumulate(tail))
+        return _Curves(layout, loads, tails)
 
-    def evaluate(self, layout: BucketLayout, counts: Sequence[int]) -> tuple[float, float, tuple[float, ...]]:
-        """``(makespan, load, per-bucket times)`` of a layout with given counts (brute-force API)."""
-        times = []
-        for b, m in enumerate(counts):
-            ms = np.arange(1, m + 1, dtype=np.float64)
-            times.append(float(np.min(self.bucket_times(layout, b, ms))))
-        load = max(times)
-        return max(load, self.critical_path(layout)), load, tuple(times)
+    def objective(self, c: _Curves, counts: Sequence[int]) -> tuple[float, float, float]:
+        """``(makespan, max load, tail critical path)`` of counts under the curves ``c``."""
+        load = max(float(c.load[b][m - 1]) for b, m in enumerate(counts))
+        crit = self.stats.tail_tool_s + sum(float(c.tail[b][m - 1]) for b, m in enumerate(counts))
+        return max(load, crit), load, crit
+
+    def evaluate(self, layout: BucketLayout, counts: Sequence[int]) -> tuple[float, float, float]:
+        """``(makespan, max load, tail critical path)`` of a layout with given counts."""
+        return self.objective(self.curves(layout, counts), counts)
 
     # ---- the search --------------------------------------------------------------------------
-    def _build(self) -> list[_Curve]:
-        curves = []
-        for layout in self.layouts():
-            if not self.feasible(layout):
-                continue
-            taus = []
-            ok = True
-            for b, t in enumerate(layout.tps):
-                M = self.max_gpus // t
-                if M < 1:
-                    ok = False
-                    break
-                taus.append(np.minimum.accumulate(self.bucket_times(layout, b, np.arange(1, M + 1, dtype=np.float64))))
-            if not ok or sum(layout.tps) > self.max_gpus:
-                continue
-            levels = np.unique(np.concatenate(taus))
-            need = np.zeros(len(levels), np.int64)
-            for t, tau in zip(layout.tps, taus):
-                idx = np.searchsorted(-tau, -levels, side="left")  # first m-1 with tau <= level
-                need += np.where(idx < len(tau), (idx + 1) * t, 1 << 40)
-            curves.append(_Curve(layout, taus, levels, need, self.critical_path(layout)))
-        return curves
+    def _all_curves(self) -> list[_Curves]:
+        if self._curves is None:
+            self._curves = []
+            for layout in self.layouts():
+                if not self.feasible(layout) or sum(layout.tps) > self.max_gpus:
+                    continue
+                self._curves.append(self.curves(layout, [self.max_gpus // t for t in layout.tps]))
+        return self._curves
 
-    def _counts_at(self, curve: _Curve, i: int) -> tuple[int, ...]:
-        lvl = curve.levels[i]
-        return tuple(int(np.searchsorted(-tau, -lvl, side="left")) + 1 for tau in curve.tau)
+    def _best_counts(self, c: _Curves, G: int) -> tuple[float, tuple[int, ...]] | None:
+        """The layout's best makespan and counts on ``G`` GPUs (None: it does not pack)."""
+        gpn = self.gpus_per_node
+        tps = c.layout.tps
+        tool = self.stats.tail_tool_s
+        if len(tps) == 1:
+            t = tps[0]
+            m = (G // gpn) * (gpn // t) + (G % gpn) // t
+            if m < 1:
+                return None
+            return max(float(c.load[0][m - 1]), tool + float(c.tail[0][m - 1])), (m,)
+        t1, t2 = tps
+        if t2 % t1:  # TP degrees that do not divide each other: check each count by packing
+            return self._best_counts_slow(c, G)
+        m1 = np.arange(1, len(c.load[0]) + 1)
+        m2 = max_second_count(G, gpn, t1, m1, t2)
+        m2 = np.minimum(m2, len(c.load[1]))
+        ok = m2 >= 1
+        if not ok.any():
+            return None
+        m1, m2 = m1[ok], m2[ok]
+        obj = np.maximum(np.maximum(c.load[0][m1 - 1], c.load[1][m2 - 1]), tool + c.tail[0][m1 - 1] + c.tail[1][m2 - 1])
+        i = int(np.argmin(obj))
+        return float(obj[i]), (int(m1[i]), int(m2[i]))
 
-    def _best_for(self, curve: _Curve, G: int) -> tuple[float, int] | None:
-        """(makespan, level index) of a layout under budget G, packing-aware; None if none fits."""
-        i = int(np.searchsorted(-curve.need, -G, side="left"))
-        while i < len(curve.levels):
-            counts = self._counts_at(curve, i)
-            sizes = [t for t, m in zip(curve.layout.tps, counts) for _ in range(m)]
-            if fits(G, self.gpus_per_node, sizes):
-                return max(float(curve.levels[i]), curve.crit), i
-            i += 1
-        return None
+    def _best_counts_slow(self, c: _Curves, G: int) -> tuple[float, tuple[int, ...]] | None:
+        from libra.planner.packing import fits
 
-    def lower_bound(self, curve: _Curve, G: int) -> float:
-        """The layout's makespan under G ignoring node packing (a lower bound on the real one)."""
-        i = int(np.searchsorted(-curve.need, -G, side="left"))
-        return max(float(curve.levels[i]), curve.crit) if i < len(curve.levels) else float("inf")
+        t1, t2 = c.layout.tps
+        best: tuple[float, tuple[int, ...]] | None = None
+        for m1 in range(1, G // t1 + 1):
+            m2 = 0
+            while fits(G, self.gpus_per_node, [t1] * m1 + [t2] * (m2 + 1)):
+                m2 += 1
+            if m2 >= 1:
+                o = self.objective(c, (m1, min(m2, len(c.load[1]))))[0]
+                if best is None or o < best[0]:
+                    best = (o, (m1, min(m2, len(c.load[1]))))
+        return best
 
     def best(self, G: int) -> RolloutChoice | None:
         """The best layout and allocation on ``G`` rollout GPUs (None: nothing fits)."""
@@ -216,62 +248,36 @@ class RolloutDP:
             self.hits += 1
             return self._memo[G]
         self.misses += 1
-        if self._curves is None:
-            self._curves = self._build()
-        order = sorted(self._curves, key=lambda c: (self.lower_bound(c, G), len(c.layout.tps), c.layout.tps, c.layout.bounds))
-        best: tuple[float, _Curve, int] | None = None
-        for c in order:
-            if best is not None and self.lower_bound(c, G) >= best[0]:
-                break
-            r = self._best_for(c, G)
-            if r is not None and (best is None or r[0] < best[0]):
+        best: tuple[float, _Curves, tuple[int, ...]] | None = None
+        for c in self._all_curves():
+            r = self._best_counts(c, G)
+            if r is not None and (best is None or r[0] < best[0] - 1e-12):
                 best = (r[0], c, r[1])
         choice = None if best is None else self._materialize(best[1], best[2], G)
         self._memo[G] = choice
         return choice
 
-    def _materialize(self, curve: _Curve, i: int, G: int) -> RolloutChoice:
-        layout = curve.layout
-        counts = list(self._counts_at(curve, i))
-
-        def t_of(b: int) -> float:
-            return float(curve.tau[b][counts[b] - 1])
-
-        # leftover GPUs: one more instance to the bucket with the highest time that still packs
-        used = sum(t * m for t, m in zip(layout.tps, counts))
-        while True:
-            order = sorted(range(len(counts)), key=lambda b: -t_of(b))
-            placed = False
-            for b in order:
-                t = layout.tps[b]
-                if used + t > G or counts[b] >= len(curve.tau[b]):
-                    continue
-                trial = counts.copy()
-                trial[b] += 1
-                if fits(G, self.gpus_per_node, [tt for tt, m in zip(layout.tps, trial) for _ in range(m)]):
-                    counts, used, placed = trial, used + t, True
-                    break
-            if not placed:
-                break
+    def _materialize(self, c: _Curves, counts: tuple[int, ...], G: int) -> RolloutChoice:
+        layout = c.layout
         sizes = [t for t, m in zip(layout.tps, counts) for _ in range(m)]
         bucket_of = [b for b, m in enumerate(counts) for _ in range(m)]
         where = pack(node_capacities(G, self.gpus_per_node), sizes)
-        assert where is not None
+        assert where is not None, (G, layout, counts)
         instances = tuple(
             RolloutInstance(id=k, tp=sizes[k], bucket=bucket_of[k], node=where[k][0], first_gpu=where[k][1]) for k in range(len(sizes))
         )
         lows = (0,) + layout.bounds
         highs: tuple[int | None, ...] = layout.bounds + (None,)
         buckets = tuple(Bucket(index=b, tp=t, min_context=lows[b], max_context=highs[b]) for b, t in enumerate(layout.tps))
-        times = tuple(t_of(b) for b in range(len(counts)))
-        load = max(times)
+        makespan, load, crit = self.objective(c, counts)
+        times = tuple(float(c.load[b][m - 1]) for b, m in enumerate(counts))
         return RolloutChoice(
             n_gpus=G,
             layout=layout,
             counts=tuple(counts),
-            makespan_s=max(load, curve.crit),
+            makespan_s=makespan,
             load_s=load,
-            critical_path_s=curve.crit,
+            critical_path_s=crit,
             bucket_times_s=times,
             instances=instances,
             buckets=buckets,
