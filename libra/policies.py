@@ -133,7 +133,7 @@ class LibraPolicy:
         return ElasticPool(plan, ev=self._ev, join=self.join)
 
 
-def _factory(name: str, router: str, elastic: bool, max_buckets: int = 3) -> Callable[..., LibraPolicy]:
+def _factory(name: str, router: str, elastic: bool, max_buckets: int = 2) -> Callable[..., LibraPolicy]:
     def make(cluster: ClusterSpec, **opts: Any) -> LibraPolicy:
         return LibraPolicy(cluster, name, router, elastic, max_buckets, **opts)
 

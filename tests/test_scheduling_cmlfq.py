@@ -106,3 +106,27 @@ def test_empty_history_falls_back_to_reactive(model: RemainingWorkModel) -> None
     s = CMLFQScheduler(two_bucket_plan(), RemainingWorkModel.fit([]))
     assert s.on_tool_return(obs(1500, outcome="error")) == Route(0, False)
     assert s.on_tool_return(obs(8500, outcome="error")) == Route(1, True)
+
+
+def test_early_promotion_respects_destination_capacity(model: RemainingWorkModel) -> None:
+    """Bucket 1 has 4 GPUs of slots (no cost table: GPUs are the proxy); once 4 trajectories
+    were promoted early, a fifth stays unless its own bucket is fuller."""
+    s = CMLFQScheduler(two_bucket_plan(), model)
+    for _ in range(2):
+        s.admit(obs(500, None, 0, None))
+    routes = [s.on_tool_return(obs(1500, outcome="error")) for _ in range(5)]
+    assert routes[:4] == [Route(1, True)] * 4
+    assert routes[4] == Route(0, False) and s.live[1] == 4
+    s.on_finish(obs(9000, None, bucket=1))
+    assert s.on_tool_return(obs(1500, outcome="error")) == Route(1, True)
+    # an outgrown trajectory moves regardless of the destination's load
+    assert s.on_tool_return(obs(8500, outcome="ok")) == Route(1, True)
+
+
+def test_call_start_states_without_outcome_use_turns_and_context() -> None:
+    """The simulator routes when the call starts (outcome unknown): the model then conditions
+    on turns and context only, from call-start states of past steps."""
+    m = RemainingWorkModel.fit(make_history(4, n=128, median=3000, sigma=0.3, error_long=True))
+    p_none = m.p_exceeds(None, 1, 1200, 8000)
+    assert 0.0 < p_none < 1.0
+    assert m.p_exceeds("error", 1, 1500, 8000) > p_none > m.p_exceeds("ok", 1, 1500, 8000)

@@ -73,13 +73,30 @@ class CMLFQScheduler:
         self.margin_s = margin_s
         self.gain_factor = gain_factor
         self.single_node = len({i.node for i in plan.instances}) <= 1
+        self.slots = {b.index: self._slots(b.index) for b in plan.buckets}
+        self.live = {b.index: 0 for b in plan.buckets}
         self.moves = 0
         self.skipped = 0
         self.finished = 0
 
+    def _slots(self, bucket: int) -> float:
+        """Sequences a bucket runs at once: per instance ``min(max_running_seqs, KV capacity /
+        a representative context of the bucket's range)``; GPUs as a proxy without a table."""
+        insts = self.plan.instances_in(bucket)
+        if self.table is None:
+            return float(max(1, sum(i.tp for i in insts)))
+        b = self.plan.buckets[bucket]
+        rep = (b.min_context + b.max_context) / 2 if b.max_context is not None else max(1.5 * b.min_context, 4096.0)
+        return float(max(1, sum(min(self.table.max_seqs.get(i.tp, 1), int(self.table.kv_capacity.get(i.tp, 0) // max(rep, 1.0))) for i in insts)))
+
+    def _pressure(self, bucket: int, extra: int = 0) -> float:
+        return (self.live[bucket] + extra) / self.slots[bucket]
+
     # ---- decisions -----------------------------------------------------------------------------
     def admit(self, obs: TrajectoryObservation) -> int:
-        return floor_bucket(self.plan, obs.context_tokens)
+        b = floor_bucket(self.plan, obs.context_tokens)
+        self.live[b] += 1
+        return b
 
     def target(self, obs: TrajectoryObservation) -> int:
         """Where the rule (floor, then promotion) sends a trajectory, ignoring migration cost."""
@@ -121,15 +138,24 @@ class CMLFQScheduler:
             return Route(cur, False)
         outgrown = floor_bucket(self.plan, obs.context_tokens) > cur
         if not outgrown:
+            # an early promotion must not overload its destination: it still has free slots
+            # after the move, or it is less loaded than the bucket the trajectory leaves
+            if self._pressure(dst, 1) > max(1.0, self._pressure(cur)):
+                self.skipped += 1
+                return Route(cur, False)
             exposed = self.migration_s(obs, dst) - (self.model.expected_tool_latency(obs.last_tool) + self.margin_s)
             if exposed > 0 and self.gain_s(obs, dst) < self.gain_factor * exposed:
                 self.skipped += 1
                 return Route(cur, False)
         self.moves += 1
+        self.live[cur] = max(0, self.live[cur] - 1)
+        self.live[dst] += 1
         return Route(dst, self.migrate_moves)
 
     def on_finish(self, obs: TrajectoryObservation) -> None:
         self.finished += 1
+        if obs.bucket is not None and obs.bucket in self.live:
+            self.live[obs.bucket] = max(0, self.live[obs.bucket] - 1)
 
     def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad]) -> int:
         return least_loaded(loads)

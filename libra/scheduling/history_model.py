@@ -1,19 +1,27 @@
 """What past steps say about a trajectory's remaining work, given only what is known now.
 
-A routing decision happens at a tool return. The router knows the trajectory's context so far,
-its turns so far, and the tool's outcome; it does not know the future. ``RemainingWorkModel``
-is fitted on COMPLETED steps: every tool return in them (and every admission, with no
-outcome and 0 turns) is a *state* ``(outcome, turns bin, context cell)`` with a known *final*
-context length. For a new state the model answers
+A routing decision happens at a tool call. The router knows the trajectory's context so far, its
+turns so far, and, when the backend routes at the tool's *return*, that tool's outcome; it does
+not know the future. ``RemainingWorkModel`` is fitted on COMPLETED steps, with two families of
+*states*, each with a known *final* context length:
+
+* return states ``(outcome, turns bin, context cell)``: every tool return after which the
+  trajectory continues, context including the tool's output (used when an observation carries
+  an outcome);
+* call-start states ``(turns bin, context cell)``: the same calls at the moment they start,
+  context before the tool's output, plus every admission (turns 0). The simulator routes here
+  (so the KV migration overlaps the tool) and the outcome is not known yet.
+
+For a new state the model answers
 
 * ``p_exceeds(state, bound)``: the empirical probability that the final context reaches
   ``bound`` (the chance the trajectory outgrows a bucket), and
 * ``remaining(state)``: the empirical mean of ``final - context`` (tokens still to come),
 
-from the samples with the same key, backing off to coarser keys (``(outcome, cell)``, then
-``(cell,)``, then every sample at least as long as the current context) while fewer than
-``min_samples`` support the finer one. Final lengths of samples from another context cell are
-rescaled by ``context / sample context`` so a cell's spread does not bias the estimate.
+from the samples with the same key, backing off to the key without the turns bin, then to every
+sample at least 0.9x as long as the current context, while fewer than ``min_samples`` support
+the finer one. Final lengths of samples from another context are rescaled by ``context /
+sample context`` so a cell's spread does not bias the estimate.
 
 It never takes the current step: its constructor takes completed steps only, and the routers
 that use it are built before the step runs.
@@ -29,8 +37,8 @@ import numpy as np
 from libra.trace.columnar import StepArrays
 from libra.trace.records import OUTCOMES
 
-#: Upper edges of the turn bins (turns done): 0-1, 2, 3-4, 5-8, 9-16, 17-32, 33+.
-TURN_BIN_EDGES: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+#: Upper edges of the turn bins (turns done): 0 (admission), 1, 2, 3-4, 5-8, 9-16, 17-32, 33+.
+TURN_BIN_EDGES: tuple[int, ...] = (0, 1, 2, 4, 8, 16, 32)
 
 
 def turn_bin(turns_done: int) -> int:
@@ -41,6 +49,10 @@ def turn_bin(turns_done: int) -> int:
 def context_cell(context: int) -> int:
     """Half-octave context cell (same granularity as the planner's grid)."""
     return int(np.floor(2 * np.log2(max(context, 256) / 256.0)))
+
+
+def _cells(ctx: np.ndarray) -> np.ndarray:
+    return np.floor(2 * np.log2(np.maximum(ctx, 256) / 256.0)).astype(np.int64)
 
 
 def outcome_name(code: int) -> str:
@@ -62,7 +74,8 @@ class RemainingWorkModel:
     def fit(cls, history: Sequence[StepArrays], window: int = 4, min_samples: int = 16) -> RemainingWorkModel:
         """Fit on the last ``window`` completed steps (oldest first in ``history``)."""
         m = cls(min_samples=min_samples)
-        ctx_l, fin_l, out_l, turn_l = [], [], [], []
+        ret: list[list[np.ndarray]] = [[], [], [], []]  # ctx, final, outcome, turns at tool returns
+        start: list[list[np.ndarray]] = [[], [], []]  # ctx, final, turns at call starts / admission
         lat: dict[str, list[np.ndarray]] = {}
         for s in list(history)[-window:]:
             if not s.n or not len(s.gen_tokens):
@@ -73,44 +86,44 @@ class RemainingWorkModel:
             before = np.repeat(np.concatenate([[0], csum])[s.turn_offsets[:-1]], s.n_turns)
             ctx_after = s.prompt_tokens[traj] + csum - before  # context once this turn's tool returned
             turns_done = np.arange(len(traj)) - s.turn_offsets[traj] + 1
-            is_ret = s.tool_code >= 0
             final = s.total_tokens[traj]
-            # tool returns, plus the admission state of each trajectory (turns 0, no outcome)
-            ctx_l += [ctx_after[is_ret], s.prompt_tokens]
-            fin_l += [final[is_ret], s.total_tokens]
-            out_l += [s.outcome_code[is_ret], np.full(s.n, -1, np.int8)]
-            turn_l += [turns_done[is_ret], np.zeros(s.n, np.int64)]
+            last = np.zeros(len(traj), bool)
+            last[s.turn_offsets[1:] - 1] = True
+            routed = (s.tool_code >= 0) & ~last  # calls after which the trajectory continues
+            ret[0].append(ctx_after[routed])
+            ret[1].append(final[routed])
+            ret[2].append(s.outcome_code[routed])
+            ret[3].append(turns_done[routed])
+            start[0] += [(ctx_after - s.tool_tokens)[routed], s.prompt_tokens]
+            start[1] += [final[routed], s.total_tokens]
+            start[2] += [turns_done[routed], np.zeros(s.n, np.int64)]
             for code, name in enumerate(s.tool_names):
                 v = s.tool_latency_s[s.tool_code == code]
                 lat.setdefault(name, []).append(v[~np.isnan(v)])
-        if ctx_l:
-            ctx = np.concatenate(ctx_l).astype(np.float64)
-            fin = np.concatenate(fin_l).astype(np.float64)
-            out = np.concatenate(out_l)
-            turns = np.concatenate(turn_l)
-            m.n_states = len(ctx)
-            cells = np.floor(2 * np.log2(np.maximum(ctx, 256) / 256.0)).astype(np.int64)
-            tb = np.searchsorted(np.asarray(TURN_BIN_EDGES), turns, side="left")
+        if start[0]:
             onames = [outcome_name(int(x)) for x in range(-1, len(OUTCOMES))]
-            ocode = out.astype(np.int64) + 1
-            for kind, code in (
-                ("full", (ocode * 16 + tb) * 4096 + cells),
-                ("outcome", ocode * 4096 + cells),
-                ("cell", cells),
+            r_ctx, r_fin = np.concatenate(ret[0]).astype(float), np.concatenate(ret[1]).astype(float)
+            r_out, r_turns = np.concatenate(ret[2]).astype(np.int64) + 1, np.concatenate(ret[3])
+            s_ctx, s_fin = np.concatenate(start[0]).astype(float), np.concatenate(start[1]).astype(float)
+            s_turns = np.concatenate(start[2])
+            m.n_states = len(r_ctx) + len(s_ctx)
+            r_cell, s_cell = _cells(r_ctx), _cells(s_ctx)
+            r_tb = np.searchsorted(np.asarray(TURN_BIN_EDGES), r_turns, side="left")
+            s_tb = np.searchsorted(np.asarray(TURN_BIN_EDGES), s_turns, side="left")
+            for code, ctx, fin, key_of in (
+                ((r_out * 16 + r_tb) * 4096 + r_cell, r_ctx, r_fin, lambda u: ("r", onames[u // 65536], (u // 4096) % 16, u % 4096)),
+                (r_out * 4096 + r_cell, r_ctx, r_fin, lambda u: ("r", onames[u // 4096], u % 4096)),
+                (s_tb * 4096 + s_cell, s_ctx, s_fin, lambda u: ("s", u // 4096, u % 4096)),
+                (s_cell, s_ctx, s_fin, lambda u: ("s", u)),
             ):
                 uniq, inv = np.unique(code, return_inverse=True)
                 order = np.argsort(inv, kind="stable")
                 bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
                 for j, u in enumerate(uniq):
                     ii = order[bounds[j] : bounds[j + 1]]
-                    u = int(u)
-                    if kind == "full":
-                        key: tuple = (onames[u // (16 * 4096)], (u // 4096) % 16, u % 4096)
-                    elif kind == "outcome":
-                        key = (onames[u // 4096], u % 4096)
-                    else:
-                        key = (u,)
-                    m._samples[key] = (ctx[ii], fin[ii])
+                    m._samples[key_of(int(u))] = (ctx[ii], fin[ii])
+            ctx = np.concatenate([r_ctx, s_ctx])
+            fin = np.concatenate([r_fin, s_fin])
             order = np.argsort(ctx)
             m._all_ctx, m._all_final = ctx[order], fin[order]
         for name, vs in lat.items():
@@ -121,9 +134,10 @@ class RemainingWorkModel:
 
     def _finals(self, outcome: str | None, turns_done: int, context: int) -> np.ndarray:
         """Predicted final lengths for a state: the backed-off sample set, rescaled to ``context``."""
-        o = outcome or "none"
         c = context_cell(context)
-        for key in ((o, turn_bin(turns_done), c), (o, c), (c,)):
+        tb = turn_bin(turns_done)
+        keys = (("r", outcome, tb, c), ("r", outcome, c)) if outcome is not None else (("s", tb, c), ("s", c))
+        for key in keys:
             got = self._samples.get(key)
             if got is not None and len(got[0]) >= self.min_samples:
                 ctx, fin = got

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--gpus must be >= 2 (rollout and training each need a GPU), got {args.gpus}")
     history, prompts, hint = _load(args)
     cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node)
-    opts = SearchOptions(mode=args.mode, max_staleness=1 if args.mode == "async" else 0, max_buckets=1 if args.homogeneous else 3)
+    opts = SearchOptions(mode=args.mode, max_staleness=1 if args.mode == "async" else 0, max_buckets=1 if args.homogeneous else 2)
     planner = Planner(cluster, options=opts)
     res = planner.search(history, prompts)
     plan = planner.to_plan(res)
