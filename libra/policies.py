@@ -127,8 +127,8 @@ class LibraPolicy:
         return cls(plan, self._model_for(plan), ev=self._ev, table=self.planner.table)
 
     def pool(self, plan: Plan) -> PoolPolicy | None:
-        """The elastic pool for the step, or None (fixed split)."""
-        if not self.elastic:
+        """The elastic pool for the step, or None (fixed split, or a time-shared plan)."""
+        if not self.elastic or plan.colocated:
             return None
         return ElasticPool(plan, ev=self._ev, join=self.join)
 

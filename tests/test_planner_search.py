@@ -96,7 +96,7 @@ def test_search_equals_brute_force(ev: CostEvaluator, mode: str) -> None:
     """12 GPUs on 8-GPU nodes (a partial node for most splits), 2 buckets: the search's choice is
     the brute-force optimum of the same objective, split by split and overall."""
     cluster = ClusterSpec(12, "a800", "qwen3-8b", gpus_per_node=8)
-    planner = Planner(cluster, ev, SearchOptions(mode=mode))
+    planner = Planner(cluster, ev, SearchOptions(mode=mode, colocated=False))
     hist = make_history(2, n=48, median=3000, error_long=True)
     res = planner.search(hist, hist[-1].prompt_tokens)
     dp = planner.rollout_dp(res.stats)
@@ -163,7 +163,7 @@ def test_memoization_across_outer_loop_and_steps(ev: CostEvaluator) -> None:
 
 def test_transition_is_charged_to_a_different_plan(ev: CostEvaluator) -> None:
     cluster = ClusterSpec(16, "a800", "qwen3-8b")
-    planner = Planner(cluster, ev)
+    planner = Planner(cluster, ev, SearchOptions(colocated=False))
     hist = make_history(2, n=64)
     first = planner.plan(hist, hist[-1].prompt_tokens)
     res = planner.search(hist, hist[-1].prompt_tokens, current=first)
@@ -201,3 +201,27 @@ def test_model_that_cannot_fit_says_what_would() -> None:
     planner = Planner(ClusterSpec(2, "a800", "qwen3-32b"))
     with pytest.raises(UserError, match="GPU"):
         planner.plan([], np.full(16, 1000))
+
+
+def test_colocated_candidate_in_sync_mode(ev: CostEvaluator) -> None:
+    """Sync mode also prices the time-shared plan: rollout on all GPUs, training on all GPUs, two
+    role switches; async mode never returns it."""
+    cluster = ClusterSpec(16, "a800", "qwen3-8b")
+    hist = make_history(2, n=64)
+    planner = Planner(cluster, ev)
+    res = planner.search(hist, hist[-1].prompt_tokens)
+    co = [c for c in res.candidates if c.colocated]
+    splits = [c for c in res.candidates if not c.colocated]
+    if co:
+        c = co[0]
+        assert c.n_train == 16 and c.rollout.n_gpus == 16
+        assert c.step_s == pytest.approx(c.rollout.makespan_s + c.train_s + c.sync_s)
+        assert c.sync_s > 0  # the switches
+    best = min(res.candidates, key=lambda c: c.rank())
+    plan = planner.to_plan(res)
+    assert plan.colocated == best.colocated
+    if plan.colocated:
+        assert plan.n_rollout_gpus == plan.n_train_gpus == 16
+    assert splits
+    a = Planner(cluster, ev, SearchOptions(mode="async")).search(hist, hist[-1].prompt_tokens)
+    assert not any(c.colocated for c in a.candidates)

@@ -65,7 +65,10 @@ def test_each_policy_plans_and_routes(ev: CostEvaluator, name: str) -> None:
     hist = make_history(3, n=48, median=4000, error_long=True)
     nxt = make_step(step=3, n=48, median=4000, error_long=True)
     plan = pol.plan(cl, hist, nxt.prompt_tokens)
-    assert plan.n_rollout_gpus + plan.n_train_gpus == 24
+    if plan.colocated:  # the time-shared plan: both stages on every GPU
+        assert plan.n_rollout_gpus == plan.n_train_gpus == 24
+    else:
+        assert plan.n_rollout_gpus + plan.n_train_gpus == 24
     assert plan.train.n_gpus == plan.n_train_gpus
     assert sum(i.tp for i in plan.instances) <= plan.n_rollout_gpus
     assert plan.mode == "sync" and plan.max_staleness == 0
@@ -73,7 +76,7 @@ def test_each_policy_plans_and_routes(ev: CostEvaluator, name: str) -> None:
         assert len(plan.buckets) == 1
     _drive(pol, plan, nxt)
     pool = pol.pool(plan)
-    assert (pool is None) == (name in ("libra-homogeneous", "libra-hetero", "libra-cmlfq"))
+    assert (pool is None) == (plan.colocated or name in ("libra-homogeneous", "libra-hetero", "libra-cmlfq"))
 
 
 def test_future_only_for_the_oracle(ev: CostEvaluator) -> None:

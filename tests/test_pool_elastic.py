@@ -14,11 +14,11 @@ from libra.pool.consistency import join_transfer, leave_transfer, nonblocking_jo
 from libra.pool.elastic import ElasticPool
 
 
-def plan3(mode: str = "async", predicted: float = 600.0) -> Plan:
+def plan3(mode: str = "async", predicted: float = 600.0, train: float = 2000.0) -> Plan:
     inst = (RolloutInstance(0, 2, 0, 0, 0), RolloutInstance(1, 2, 0, 0, 2), RolloutInstance(2, 2, 0, 0, 4), RolloutInstance(3, 4, 1, 1, 0))
     return Plan(n_rollout_gpus=10, n_train_gpus=6, train=TrainConfig(2, 1, 3, zero_stage=3), instances=inst,
                 buckets=(Bucket(0, 2, 0, 8000), Bucket(1, 4, 8000, None)), mode=mode, max_staleness=1,  # type: ignore[arg-type]
-                predicted_rollout_s=predicted)
+                predicted_rollout_s=predicted, predicted_train_s=train)
 
 
 def pobs(now: float, idle: dict[int, float | None], unfinished: int = 10, training: bool = True) -> PoolObservation:
@@ -56,6 +56,9 @@ def test_no_move_when_it_would_not_pay_or_nothing_to_join(ev: CostEvaluator) -> 
     # the predicted rollout is nearly over: the round trip would not pay
     pool = ElasticPool(plan3(predicted=100.0), ev=ev)
     assert pool.on_rollout_progress(pobs(99.0, {0: 50.0})) == []
+    # asynchronous plan whose training ends before the rollout: extra training GPUs gain nothing
+    pool = ElasticPool(plan3(predicted=600.0, train=300.0), ev=ev)
+    assert pool.on_rollout_progress(pobs(100.0, {0: 50.0})) == []
     # synchronous plan and no training running: nobody to join
     pool = ElasticPool(plan3(mode="sync"), ev=ev)
     assert pool.on_rollout_progress(pobs(100.0, {0: 50.0}, training=False)) == []

@@ -22,6 +22,11 @@ split or leaf is provably no better than the incumbent. For each visited ``n_tra
 * step time ``rollout_s + train_s + sync_s`` (synchronous) or ``max(rollout_s, train_s) + sync_s``
   (asynchronous: step k's rollout overlaps step k-1's training, staleness ``max_staleness``).
 
+In synchronous mode the search also prices the time-shared plan (``colocated``: rollout on every
+GPU, then training on every GPU, two role switches per GPU per step, verl's hybrid engine) and
+returns it when it predicts the shortest step: a split only pays when its stages overlap or the
+switches cost more than the idle side of the split.
+
 When replanning with a current plan in force, a candidate that differs from it (another split,
 training strategy or instance layout) is charged the transition ``role_change_s`` for the GPUs
 whose role or shard changes, once; so the planner switches only when the predicted gain over
@@ -38,7 +43,7 @@ import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
-from libra.planner.costs import CostModel, DecodeTable, make_evaluator, valid_tp_degrees
+from libra.planner.costs import CostModel, DecodeTable, make_evaluator, to_strategy, valid_tp_degrees
 from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, RolloutChoice, RolloutDP
@@ -84,6 +89,7 @@ class SearchOptions:
     window: int = 3
     kl: bool = False
     unit: int | None = None  # outer-loop step; None: train_unit()
+    colocated: bool = True  # sync mode: also price the time-shared (verl-style) plan
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,17 @@ class Candidate:
     sync_s: float
     transition_s: float
     step_s: float
+    colocated: bool = False  # time-shared: rollout on every GPU, then training on every GPU
+
+    @property
+    def idle_rollout_gpus(self) -> int:
+        """Rollout GPUs no instance uses (a TP degree that does not tile the share)."""
+        return self.rollout.n_gpus - sum(i.tp for i in self.rollout.instances)
+
+    def rank(self) -> tuple[float, int, int]:
+        """Order of preference: predicted step time, then no idle rollout GPUs, then more
+        training GPUs (ties happen in async mode, where the longer stage hides the other)."""
+        return (self.step_s, self.idle_rollout_gpus, -self.n_train)
 
 
 def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float) -> float:
@@ -199,16 +216,42 @@ class Planner:
             visit(list(range(coarse, N, coarse)))
             fine = train_unit(N, self.cluster.gpus_per_node)
             if cands:
-                centre = min(cands, key=lambda c: (c.step_s, c.n_train)).n_train
+                centre = min(cands, key=Candidate.rank).n_train
                 visit([k for k in range(max(fine, centre - coarse + fine), min(N, centre + coarse), fine) if k not in visited])
         else:
             visit(self.n_train_grid())
+        if self.options.mode == "sync" and self.options.colocated:
+            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]))
+            if co is not None:
+                cands.append(co)
         skipped = int(state["skipped"])
         last_tree = state["last_tree"]
         if not cands:
             raise UserError(self._why_nothing_fits(stats, seq_max, last_tree))
-        best = min(cands, key=lambda c: (c.step_s, c.n_train))
+        best = min(cands, key=Candidate.rank)
         return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped)
+
+    def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float) -> Candidate | None:
+        """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
+        all N, each GPU switching role through host memory twice per step (``role_change_s`` to
+        training with the chosen strategy, and back to rollout with the largest instance TP)."""
+        N = self.cluster.n_gpus
+        ro = dp.best(N)
+        if ro is None or ro.makespan_s >= incumbent:
+            return None
+        tree = self.tree.best(N, tokens, seq, seq_max, budget_s=incumbent - ro.makespan_s)
+        if tree.best is None:
+            return None
+        rtp = max(i.tp for i in ro.instances)
+        strategy = to_strategy(tree.best)
+        switch = float(self.ev.role_change_s("train", rollout_tp=rtp, strategy=strategy)) + float(
+            self.ev.role_change_s("rollout", rollout_tp=rtp, strategy=strategy)
+        )
+        trans = 0.0
+        if current is not None and not current.colocated:
+            trans = transition_s(self.ev, self.cluster, current, N, tree.best, ro.instances)
+        st = ro.makespan_s + tree.best_time_s + switch + trans
+        return Candidate(N, tree.best, tree.best_time_s, ro, switch, trans, st, colocated=True)
 
     def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:
         """Splits in the order the outer loop visits them: a good incumbent early makes the
@@ -239,8 +282,9 @@ class Planner:
         """A ``Plan`` from a search result (predictions and the search's summary in ``notes``)."""
         c = res.best
         return Plan(
-            n_rollout_gpus=self.cluster.n_gpus - c.n_train,
+            n_rollout_gpus=self.cluster.n_gpus if c.colocated else self.cluster.n_gpus - c.n_train,
             n_train_gpus=c.n_train,
+            colocated=c.colocated,
             train=c.train,
             instances=c.rollout.instances,
             buckets=c.rollout.buckets,
@@ -254,7 +298,7 @@ class Planner:
                 "rollout_load_s": c.rollout.load_s,
                 "rollout_critical_path_s": c.rollout.critical_path_s,
                 "bucket_times_s": list(c.rollout.bucket_times_s),
-                "sync_s": c.sync_s,
+                "sync_s": c.sync_s,  # weight push; for a colocated plan, the two role switches
                 "transition_s": c.transition_s,
                 "stats_digest": res.stats.digest,
                 "from_prior": res.stats.from_prior,

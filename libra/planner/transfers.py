@@ -44,7 +44,9 @@ def transition_s(
     instances: Sequence[RolloutInstance],
 ) -> float:
     """One-off cost of moving from ``current`` to the candidate (0 without a current plan)."""
-    if current is None or current.colocated:
+    if current is None:
+        return 0.0
+    if current.colocated:  # every GPU switches role twice per step anyway: the layout is free to change
         return 0.0
     cost = 0.0
     new_tps = Counter(i.tp for i in instances)

@@ -6,8 +6,12 @@ Called by the backend whenever rollout load changes. An instance is lent (``Role
    (a trajectory back from a tool may still land on it);
 2. it is not the last un-lent instance of its bucket while trajectories remain unfinished (a
    trajectory promoted into that bucket needs somewhere to run);
-3. training can use it now: training is running (asynchronous mode: the previous step's update;
-   synchronous streaming: completed groups' mini-batches) or the plan is asynchronous;
+3. training can use it and is the stage that ends last: training is running (asynchronous mode:
+   the previous step's update; synchronous streaming: completed groups' mini-batches), and, in
+   asynchronous mode, its predicted remaining time (``predicted_train_s`` minus the time elapsed,
+   as it started with the step) exceeds the remaining rollout plus the round trip. Otherwise
+   extra training GPUs shorten nothing, and lent GPUs stay with the training job until it ends,
+   so they could miss the next rollout's start;
 4. the move pays: the expected remaining rollout time ``R`` exceeds the round trip of role
    changes (``role_change_s`` to training now, back to rollout for the next step) by
    ``payoff_factor``. ``R`` is the plan's predicted rollout makespan minus the time elapsed,
@@ -72,9 +76,13 @@ class ElasticPool:
     def on_rollout_progress(self, obs: PoolObservation) -> list[RoleChange]:
         if self.plan.colocated or obs.unfinished_trajectories <= 0:
             return []
-        if not (obs.training_running or self.plan.mode == "async"):
+        if not obs.training_running:
             return []
         remaining = self.remaining_rollout_s(obs)
+        if self.plan.mode == "async":
+            train_left = self.plan.predicted_train_s - (obs.now_s - obs.step_started_s)
+            if not train_left == train_left or train_left <= remaining + self.round_trip_s(max(self._tp_of.values(), default=1)):
+                return []
         active_per_bucket: dict[int, int] = {}
         for s in obs.instances:
             if s.instance not in self.lent:
