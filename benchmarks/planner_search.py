@@ -28,6 +28,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sizes", default="8,48,256,1024,4096")
+    ap.add_argument("--mode", choices=("sync", "async"), default="sync")
     ap.add_argument("--trace", default=str(Path(__file__).resolve().parents[1] / "traces" / "swe-qwen3-14b.jsonl.gz"))
     args = ap.parse_args()
     if hasattr(os, "sched_setaffinity"):
@@ -35,7 +36,7 @@ def main() -> None:
 
     from cost_models import CostEvaluator
     from libra.cluster import ClusterSpec
-    from libra.planner.search import Planner
+    from libra.planner.search import Planner, SearchOptions
 
     ev = CostEvaluator(gpu="a800", model="qwen3-14b")
     if Path(args.trace).exists():
@@ -45,7 +46,7 @@ def main() -> None:
         history, prompts, source = steps[:3], steps[3].prompt_tokens, Path(args.trace).name + " steps 0-2"
     else:
         history, prompts, source = [], np.full(512, 1024), "default length prior"
-    print(f"planner search, qwen3-14b on a800 (8/node), history: {source}, one core")
+    print(f"planner search, qwen3-14b on a800 (8/node), {args.mode} mode, history: {source}, one core")
     header = f"{'GPUs':>6} {'traj':>6} {'cold ms':>9} {'(wall)':>8} {'warm ms':>9} {'splits':>7} {'cut':>5} {'tree walks':>10}  plan (rollout/train, train TP/PP/DP/ZeRO, buckets TPxcount)  predicted step s"
     print(header)
     print("-" * len(header))
@@ -55,7 +56,7 @@ def main() -> None:
         p = np.resize(prompts, k)
         cold = []
         for _ in range(args.repeat):
-            planner = Planner(cluster, ev)
+            planner = Planner(cluster, ev, SearchOptions(mode=args.mode, max_staleness=1 if args.mode == "async" else 0))
             t0, c0 = time.perf_counter(), time.process_time()
             res = planner.search(history, p)
             cold.append((time.process_time() - c0, time.perf_counter() - t0))
@@ -67,7 +68,7 @@ def main() -> None:
         t = b.train
         print(
             f"{n:>6} {k:>6} {1e3 * statistics.median(c for c, _ in cold):>9.1f} {1e3 * statistics.median(w for _, w in cold):>8.1f} {1e3 * warm:>9.1f} {len(res.candidates):>7} {res.skipped:>5} "
-            f"{planner.tree.misses:>10}  {n - b.n_train}/{b.n_train}, {t.tp}/{t.pp}/{t.dp}/Z{t.zero_stage}, {buckets}  {b.step_s:.1f}"
+            f"{planner.tree.misses:>10}  {'time-shared' if b.colocated else f'{n - b.n_train}/{b.n_train}'}, {t.tp}/{t.pp}/{t.dp}/Z{t.zero_stage}, {buckets}  {b.step_s:.1f}"
         )
 
 

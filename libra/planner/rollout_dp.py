@@ -8,7 +8,8 @@ Model of a bucket ``b`` of TP ``t`` with ``m`` instances (``WorkloadStats`` give
 bucket's context range, the decode tokens ``T``, their KV-context sum ``S``, the prefill tokens
 ``P``, and the tail trajectory's decode tokens ``tail`` and prefill tokens ``tail_P``):
 
-* continuous batching runs an instance for ``I = max(tail, T / (m * Bcap))`` iterations: the tail
+* continuous batching runs an instance for ``I = max(tail, T / (m * Bcap))`` iterations (``tail``:
+  the most any tail trajectory generates in the range): the tail
   trajectory is in one iteration per token it generates, and no iteration holds more than
   ``Bcap = min(max_running_seqs(t), kv_capacity(t) / mean context)`` sequences;
 * its average batch is then ``B = clip(T / (m * I), 1, Bcap)`` and one iteration costs
@@ -19,9 +20,10 @@ bucket's context range, the decode tokens ``T``, their KV-context sum ``S``, the
 
 The rollout makespan of counts ``m`` is
 
-    makespan = max( max_b load_b(m_b),  tail_tool_s + sum_b tail_b(m_b) )
+    makespan = max( max_b load_b(m_b),  max_k [tail_tool_s[k] + sum_b tail_b^k(m_b)] )
 
-(the tail passes through the buckets one after the other, with its tool calls in between). More
+over the tail trajectories ``k`` (the longest, and the one with the most tool time): a tail
+passes through the buckets one after the other, with its tool calls in between. More
 instances never hurt (one could idle), so ``load_b`` and ``tail_b`` are used as running minima
 over ``m``; both are then non-increasing, so for a fixed count of the first bucket the best count
 of the second is the largest that packs. The DP is exact: for each budget ``G`` and layout it
@@ -77,8 +79,8 @@ class _Curves:
     """Per bucket, ``load_b`` and ``tail_b`` (running minima) for m = 1..M_b."""
 
     layout: BucketLayout
-    load: list[np.ndarray]
-    tail: list[np.ndarray]
+    load: list[np.ndarray]  # per bucket [M_b]
+    tail: list[np.ndarray]  # per bucket [tails, M_b]
 
 
 def max_second_count(G: int, gpn: int, t1: int, m1: np.ndarray, t2: int) -> np.ndarray:
@@ -153,25 +155,26 @@ class RolloutDP:
         return True
 
     def raw_times(self, layout: BucketLayout, b: int, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(load_b(m), tail_b(m))`` for an array of instance counts, before the running minimum."""
+        """``(load_b(m), tail_b(m))`` for an array of instance counts, before the running minimum;
+        ``tail_b`` has one row per tail trajectory."""
         s, t = self.stats, layout.tps[b]
         lo, hi = self._cell_ranges(layout)[b]
         T = float(s.decode_tokens[lo:hi].sum())
         S = float(s.decode_ctx_sum[lo:hi].sum())
         P = float(s.prefill_tokens[lo:hi].sum())
-        tail = float(s.tail_decode_tokens[lo:hi].sum())
-        tail_p = float(s.tail_prefill_tokens[lo:hi].sum())
+        tail = s.tail_decode_tokens[:, lo:hi].sum(1)[:, None]  # [tails, 1]
+        tail_p = s.tail_prefill_tokens[:, lo:hi].sum(1)[:, None]
         m = np.asarray(m, np.float64)
         ppt = self.table.prefill_per_token[t]
         if T <= 0:
-            return P * ppt / m, np.full_like(m, tail_p * ppt)
+            return P * ppt / m, np.broadcast_to(tail_p * ppt, (len(tail), len(m))).copy()
         ctx = S / T
         bcap = float(max(1, min(self.table.max_seqs[t], int(self.table.kv_capacity[t] // max(ctx, 1.0)))))
-        iters = np.maximum(tail, T / (m * bcap))
+        iters = np.maximum(float(tail.max()), T / (m * bcap))
         B = np.clip(T / (m * iters), 1.0, bcap)
         grid = np.arange(1, len(self.table.base[t]) + 1, dtype=np.float64)
         it = np.interp(B, grid, self.table.base[t]) + np.interp(B, grid, self.table.slope[t]) * B * ctx
-        return iters * it + P * ppt / m, tail * it + tail_p * ppt
+        return iters * it + P * ppt / m, tail * it[None, :] + tail_p * ppt
 
     def curves(self, layout: BucketLayout, M: Sequence[int]) -> _Curves:
         """Running-minimum ``load_b`` and ``tail_b`` for m = 1..M[b]."""
@@ -179,13 +182,13 @@ class RolloutDP:
         for b in range(len(layout.tps)):
             load, tail = self.raw_times(layout, b, np.arange(1, M[b] + 1, dtype=np.float64))
             loads.append(np.minimum.accumulate(load))
-            tails.append(np.minimum.accumulate(tail))
+            tails.append(np.minimum.accumulate(tail, axis=1))
         return _Curves(layout, loads, tails)
 
     def objective(self, c: _Curves, counts: Sequence[int]) -> tuple[float, float, float]:
         """``(makespan, max load, tail critical path)`` of counts under the curves ``c``."""
         load = max(float(c.load[b][m - 1]) for b, m in enumerate(counts))
-        crit = self.stats.tail_tool_s + sum(float(c.tail[b][m - 1]) for b, m in enumerate(counts))
+        crit = float(np.max(self.stats.tail_tool_s + sum(c.tail[b][:, m - 1] for b, m in enumerate(counts))))
         return max(load, crit), load, crit
 
     def evaluate(self, layout: BucketLayout, counts: Sequence[int]) -> tuple[float, float, float]:
@@ -212,7 +215,8 @@ class RolloutDP:
             m = (G // gpn) * (gpn // t) + (G % gpn) // t
             if m < 1:
                 return None
-            return max(float(c.load[0][m - 1]), tool + float(c.tail[0][m - 1])), (m,)
+            m = min(m, len(c.load[0]))
+            return self.objective(c, (m,))[0], (m,)
         t1, t2 = tps
         if t2 % t1:  # TP degrees that do not divide each other: check each count by packing
             return self._best_counts_slow(c, G)
@@ -223,7 +227,8 @@ class RolloutDP:
         if not ok.any():
             return None
         m1, m2 = m1[ok], m2[ok]
-        obj = np.maximum(np.maximum(c.load[0][m1 - 1], c.load[1][m2 - 1]), tool + c.tail[0][m1 - 1] + c.tail[1][m2 - 1])
+        crit = np.max(tool[:, None] + c.tail[0][:, m1 - 1] + c.tail[1][:, m2 - 1], axis=0)
+        obj = np.maximum(np.maximum(c.load[0][m1 - 1], c.load[1][m2 - 1]), crit)
         i = int(np.argmin(obj))
         return float(obj[i]), (int(m1[i]), int(m2[i]))
 

@@ -9,9 +9,11 @@ From the last ``window`` completed steps (``history``) and the upcoming step's p
 * ``prefill_tokens[k]``: prompt and tool-return tokens prefilled at a context in cell ``k``;
 * ``reach[k]``: trajectories whose context passes through cell ``k`` (the concurrency a bucket
   covering the cell sees);
-* the same three per-cell arrays for the *tail trajectory*: the history trajectory whose final
-  length is the ``1 - 1/(n+1)`` quantile of the pooled final lengths, i.e. what the upcoming step's
-  longest trajectory is expected to look like; plus its total tool latency.
+* the same three per-cell arrays for the *tail trajectories* (rows): the history trajectory whose
+  final length is closest to the ``1 - 1/(n+1)`` quantile of the pooled final lengths (what the
+  upcoming step's longest trajectory is expected to look like), and the one whose total tool
+  latency is closest to that quantile of pooled tool time (a short trajectory stuck in a 30 s
+  tool timeout can be the critical path); plus each one's total tool latency.
 
 Everything is scaled to the upcoming step's trajectory count (``len(prompt_tokens)``): history
 steps are averaged per trajectory. When there is no history (first step, or ``libra-sim plan``
@@ -72,11 +74,11 @@ class WorkloadStats:
     decode_ctx_sum: np.ndarray
     prefill_tokens: np.ndarray
     reach: np.ndarray
-    tail_decode_tokens: np.ndarray
-    tail_decode_ctx_sum: np.ndarray
-    tail_prefill_tokens: np.ndarray
-    tail_tool_s: float
-    tail_context: int
+    tail_decode_tokens: np.ndarray  # [tails, cells]
+    tail_decode_ctx_sum: np.ndarray  # [tails, cells]
+    tail_prefill_tokens: np.ndarray  # [tails, cells]
+    tail_tool_s: np.ndarray  # [tails]
+    tail_context: int  # the longest tail's final context
     final_context: np.ndarray  # pooled final lengths (history), sorted
     mean_total_tokens: float
     mean_turns: float
@@ -158,10 +160,15 @@ def compute_stats(
     n_hist = 0
     tool_lat: dict[str, list[np.ndarray]] = {}
     tail_q = 1.0 - 1.0 / (n_next + 1)
-    tail_target = float(np.quantile(finals, tail_q)) if len(finals) else 0.0
-    tail_best: tuple[float, StepArrays, int] | None = None
+    tool_sums = [np.add.reduceat(_latencies(s), s.turn_offsets[:-1]) if s.n and len(s.gen_tokens) else np.zeros(s.n) for s in steps]
+    pooled_tools = np.concatenate(tool_sums) if tool_sums else np.zeros(0)
+    targets = (
+        float(np.quantile(finals, tail_q)) if len(finals) else 0.0,
+        float(np.quantile(pooled_tools, tail_q)) if len(pooled_tools) else 0.0,
+    )
+    tail_best: list[tuple[float, StepArrays, int] | None] = [None, None]
     turns_total = 0
-    for s in steps:
+    for si, s in enumerate(steps):
         if not s.n:
             continue
         n_hist += s.n
@@ -189,11 +196,13 @@ def compute_stats(
         for code, name in enumerate(s.tool_names):
             sel = s.tool_code == code
             tool_lat.setdefault(name, []).append(lat[sel])
-        # the tail trajectory: closest to the tail quantile of final length
-        i = int(np.argmin(np.abs(tot - tail_target)))
-        gap = abs(float(tot[i]) - tail_target)
-        if tail_best is None or gap < tail_best[0]:
-            tail_best = (gap, s, i)
+        # the tail trajectories: closest to the tail quantile of final length, and of tool time
+        for k, crit in enumerate((tot.astype(np.float64), tool_sums[si])):
+            i = int(np.argmin(np.abs(crit - targets[k])))
+            gap = abs(float(crit[i]) - targets[k])
+            cur = tail_best[k]
+            if cur is None or gap < cur[0]:
+                tail_best[k] = (gap, s, i)
     reach = np.cumsum(reach)
     scale = n_next / max(n_hist, 1)
     dec *= scale
@@ -205,29 +214,34 @@ def compute_stats(
         pcell = np.clip(np.searchsorted(edges, np.asarray(prompt_tokens) - 1, side="right") - 1, 0, n_cells - 1)
         np.add.at(pre, pcell, np.asarray(prompt_tokens, float))
 
-    tdec = np.zeros(n_cells)
-    tctx = np.zeros(n_cells)
-    tpre = np.zeros(n_cells)
-    tail_tool = 0.0
+    chosen: list[tuple[StepArrays, int]] = []
+    for t in tail_best:
+        if t is not None and all(t[1] is not c[0] or t[2] != c[1] for c in chosen):
+            chosen.append((t[1], t[2]))
+    k_tails = max(1, len(chosen))
+    tdec = np.zeros((k_tails, n_cells))
+    tctx = np.zeros((k_tails, n_cells))
+    tpre = np.zeros((k_tails, n_cells))
+    tail_tool = np.zeros(k_tails)
     tail_ctx = 0
-    if tail_best is not None:
-        _, s, i = tail_best
+    for k, (s, i) in enumerate(chosen):
         a, b = int(s.turn_offsets[i]), int(s.turn_offsets[i + 1])
         gen = s.gen_tokens[a:b]
         ret = s.tool_tokens[a:b]
         starts = s.prompt_tokens[i] + np.concatenate([[0], np.cumsum(gen + ret)[:-1]])
         n_, s_ = _overlap(starts, starts + gen, edges)
-        tdec, tctx = n_.sum(0), s_.sum(0)
-        np.add.at(tpre, np.clip(np.searchsorted(edges, starts + gen, side="right") - 1, 0, n_cells - 1), ret)
-        tpre[0] += s.prompt_tokens[i]
-        tail_tool = float(_latencies(s)[a:b].sum())
-        tail_ctx = int(s.total_tokens[i])
+        tdec[k], tctx[k] = n_.sum(0), s_.sum(0)
+        np.add.at(tpre[k], np.clip(np.searchsorted(edges, starts + gen, side="right") - 1, 0, n_cells - 1), ret)
+        tpre[k, 0] += s.prompt_tokens[i]
+        tail_tool[k] = float(_latencies(s)[a:b].sum())
+        tail_ctx = max(tail_ctx, int(s.total_tokens[i]))
 
     medians = {k: float(np.median(np.concatenate(v))) if sum(len(x) for x in v) else DEFAULT_TOOL_LATENCY_S for k, v in tool_lat.items()}
     h = hashlib.sha1()
     for arr in (edges, np.round(dec), np.round(ctx, -3), np.round(pre), np.round(reach), tdec, tctx, tpre):
         h.update(np.ascontiguousarray(arr, np.float64).tobytes())
-    h.update(f"{tail_tool:.3f}|{n_next}".encode())
+    h.update(np.round(tail_tool, 3).tobytes())
+    h.update(f"{n_next}".encode())
     return WorkloadStats(
         n_trajectories=n_next,
         edges=edges,
