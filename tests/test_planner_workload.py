@@ -97,3 +97,25 @@ def test_drift_grows_with_length_shift() -> None:
     longer = compute_stats([make_step(n=64, median=8000)], None)
     assert same.drift(base) < longer.drift(base)
     assert longer.drift(base) == pytest.approx(np.log(2), abs=0.15)
+
+
+def test_tool_time_tail_is_kept_next_to_the_length_tail() -> None:
+    """A short trajectory stuck in a long tool call can be the critical path: the statistics
+    keep it as a second tail next to the longest trajectory."""
+    s = make_step(n=16, median=4000, sigma=0.2, tool_latency=0.05)
+    trajs = []
+    from libra.trace.records import Trajectory, Turn
+
+    for i in range(s.n):
+        a, b = int(s.turn_offsets[i]), int(s.turn_offsets[i + 1])
+        turns = []
+        for t in range(a, b):
+            tool = None if s.tool_code[t] < 0 else s.tool_names[s.tool_code[t]]
+            lat = None if tool is None else (30.0 if i == 3 and t == a else 0.05)
+            turns.append(Turn(int(s.gen_tokens[t]), tool, lat, int(s.tool_tokens[t]), None if tool is None else "ok"))
+        trajs.append(Trajectory(s.ids[i], 0, int(s.prompt_tokens[i]), tuple(turns)))
+    step = StepArrays.from_trajectories(0, trajs)
+    st = compute_stats([step], step.prompt_tokens)
+    assert st.tail_decode_tokens.shape[0] == 2
+    assert st.tail_tool_s.max() >= 30.0
+    assert st.tail_context == int(step.total_tokens.max())

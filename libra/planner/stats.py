@@ -10,9 +10,10 @@ From the last ``window`` completed steps (``history``) and the upcoming step's p
 * ``reach[k]``: trajectories whose context passes through cell ``k`` (the concurrency a bucket
   covering the cell sees);
 * the same three per-cell arrays for the *tail trajectories* (rows): the history trajectory whose
-  final length is closest to the ``1 - 1/(n+1)`` quantile of the pooled final lengths (what the
+  final length is the ``1 - 1/(n+1)`` quantile (``higher`` method: an observed value) of the
+  pooled final lengths (what the
   upcoming step's longest trajectory is expected to look like), and the one whose total tool
-  latency is closest to that quantile of pooled tool time (a short trajectory stuck in a 30 s
+  latency is that quantile of pooled tool time (a short trajectory stuck in a 30 s
   tool timeout can be the critical path); plus each one's total tool latency.
 
 Everything is scaled to the upcoming step's trajectory count (``len(prompt_tokens)``): history
@@ -163,8 +164,8 @@ def compute_stats(
     tool_sums = [np.add.reduceat(_latencies(s), s.turn_offsets[:-1]) if s.n and len(s.gen_tokens) else np.zeros(s.n) for s in steps]
     pooled_tools = np.concatenate(tool_sums) if tool_sums else np.zeros(0)
     targets = (
-        float(np.quantile(finals, tail_q)) if len(finals) else 0.0,
-        float(np.quantile(pooled_tools, tail_q)) if len(pooled_tools) else 0.0,
+        float(np.quantile(finals, tail_q, method="higher")) if len(finals) else 0.0,
+        float(np.quantile(pooled_tools, tail_q, method="higher")) if len(pooled_tools) else 0.0,
     )
     tail_best: list[tuple[float, StepArrays, int] | None] = [None, None]
     turns_total = 0
