@@ -6,7 +6,7 @@ tokens, and one that moved recomputes its context (``prefill``). On CPU: ``enfor
 (no compile, 15 s start), ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV (set by the runner), and
 ``shutdown()`` must run before Ray stops or the engine core's shared memory leaks.
 
-Weight sync: ``collective_rpc`` runs ``load_weights`` on every worker of the engine (all TP
+Weight sync: ``collective_rpc("libra_load_weights")`` (``vllm_ext``) runs ``load_weights`` on every worker of the engine (all TP
 ranks) with the trainer's state dict, then the prefix cache is reset (its KV is stale).
 """
 
@@ -18,13 +18,6 @@ from typing import Any
 
 from libra.runtime.engines.base import TurnRequest, TurnResult
 from libra.runtime.protocol import STOP_STRINGS
-
-
-def _load_weights(worker: Any, state: dict[str, Any]) -> int:
-    """Runs inside each vLLM worker process (sent by ``collective_rpc``)."""
-    model = worker.model_runner.model
-    model.load_weights(weights=list(state.items()))
-    return len(state)
 
 
 class VLLMEngine:
@@ -48,7 +41,8 @@ class VLLMEngine:
         if device == "cuda":
             kw["gpu_memory_utilization"] = float(os.environ.get("LIBRA_VLLM_GPU_UTIL", "0.5"))
         self.llm = LLM(model=model_dir, tokenizer=model_dir, dtype="float32" if device == "cpu" else "bfloat16", enforce_eager=True,
-                       tensor_parallel_size=tp, enable_prefix_caching=True, max_model_len=max_context, seed=seed, **kw)
+                       tensor_parallel_size=tp, enable_prefix_caching=True, max_model_len=max_context, seed=seed,
+                       worker_extension_cls="libra.runtime.engines.vllm_ext.WeightSyncExtension", **kw)
         self.max_context = max_context
         self._resident: dict[str, int] = {}
 
@@ -102,8 +96,18 @@ class VLLMEngine:
         return sum(self._resident.values())
 
     def load_state_dict(self, state: dict[str, Any]) -> float:
+        import tempfile
+
+        from safetensors.torch import save_file
+
         t0 = time.perf_counter()
-        self.llm.collective_rpc(_load_weights, args=(state,))
+        fd, path = tempfile.mkstemp(prefix="libra-weights-", suffix=".safetensors")
+        os.close(fd)
+        try:
+            save_file({k: v.contiguous() for k, v in state.items() if k != "lm_head.weight" or "model.embed_tokens.weight" not in state}, path)
+            self.llm.collective_rpc("libra_load_weights", args=(path,))
+        finally:
+            os.unlink(path)
         self.llm.reset_prefix_cache()
         self._resident.clear()
         return time.perf_counter() - t0
