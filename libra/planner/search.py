@@ -29,8 +29,10 @@ switches cost more than the idle side of the split.
 
 When replanning with a current plan in force, a candidate that differs from it (another split,
 training strategy or instance layout) is charged the transition ``role_change_s`` for the GPUs
-whose role or shard changes, once; so the planner switches only when the predicted gain over
-one step pays for the move. ``Replanner`` decides when to search again: every step, or only when
+whose role or shard changes, amortized over ``amortize_steps`` (4) steps: the planner switches
+only when the predicted gain over that many steps pays for the move (charging it to one step
+kept a plan made from the first step's length prior for the whole Search-R1 run, 2.7 s per step
+slower than the alternative, for a ~10 s move). ``Replanner`` decides when to search again: every step, or only when
 the length distribution drifted past a threshold since the plan in force was made.
 """
 
@@ -90,6 +92,7 @@ class SearchOptions:
     kl: bool = False
     unit: int | None = None  # outer-loop step; None: train_unit()
     colocated: bool = True  # sync mode: also price the time-shared (verl-style) plan
+    amortize_steps: float = 4.0  # a transition is charged 1/amortize_steps per step (see module doc)
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,7 @@ class Planner:
                     continue
                 sync = weight_sync_s(self.ev, self.cluster, n_train, tree.best, ro.instances)
                 trans = transition_s(self.ev, self.cluster, current, n_train, tree.best, ro.instances)
-                st = step_time(self.options.mode, ro.makespan_s, tree.best_time_s, sync) + trans
+                st = step_time(self.options.mode, ro.makespan_s, tree.best_time_s, sync) + trans / self.options.amortize_steps
                 cands.append(Candidate(n_train, tree.best, tree.best_time_s, ro, sync, trans, st))
                 state["incumbent"] = min(incumbent, st)
 
@@ -250,7 +253,7 @@ class Planner:
         trans = 0.0
         if current is not None and not current.colocated:
             trans = transition_s(self.ev, self.cluster, current, N, tree.best, ro.instances)
-        st = ro.makespan_s + tree.best_time_s + switch + trans
+        st = ro.makespan_s + tree.best_time_s + switch + trans / self.options.amortize_steps
         return Candidate(N, tree.best, tree.best_time_s, ro, switch, trans, st, colocated=True)
 
     def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:
