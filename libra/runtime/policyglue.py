@@ -38,10 +38,10 @@ def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool) -
 def pin_plan(plan: Plan, split: tuple[int, int] | None, bounds: list[int] | None, per_node: int) -> Plan:
     """``plan`` with a pinned ROLLOUT:TRAIN split (TP-1 rollout instances on the rollout side, a
     DP trainer on the rest) and/or forced bucket boundaries (instances dealt round-robin)."""
-    if split is not None and not plan.colocated:
+    if split is not None:
         r, t = split
         insts = tuple(RolloutInstance(i, 1, 0, i // per_node, i % per_node) for i in range(r))
-        plan = replace(plan, n_rollout_gpus=r, n_train_gpus=t, instances=insts,
+        plan = replace(plan, n_rollout_gpus=r, n_train_gpus=t, instances=insts, colocated=False,
                        buckets=(Bucket(0, 1, 0, None),), train=replace(plan.train, tp=1, pp=1, dp=t))
     if bounds:
         n_b = min(len(bounds) + 1, len(plan.instances))

@@ -191,16 +191,22 @@ class Rollout:
 
         dispatch()
         while unfinished > 0:
+            # fault injection: once its time has come, kill the victim while it is generating
+            # (ray.kill is a SIGKILL of the worker process: its in-flight call fails at once)
             while self.faults and self._now() >= self.faults[0][0]:
-                _, victim = self.faults.pop(0)
-                inst = self.inst.get(victim)
-                if inst is not None and inst.alive:
-                    inst.handle.crash.remote()
+                inst = self.inst.get(self.faults[0][1])
+                if inst is None or not inst.alive:
+                    self.faults.pop(0)
+                    continue
+                if inst.inflight is None:
+                    break
+                self.faults.pop(0)
+                ray.kill(inst.handle, no_restart=True)
             pending = [i.inflight[0] for i in self.inst.values() if i.inflight] + list(tools) + list(prefills)
             if not pending:
                 dispatch()
                 continue
-            ready, _ = ray.wait(pending, num_returns=1, timeout=0.5 if self.faults else None)
+            ready, _ = ray.wait(pending, num_returns=1, timeout=0.05 if self.faults else None)
             for ref in ready:
                 if ref in tools:
                     t = tools.pop(ref)

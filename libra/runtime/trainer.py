@@ -64,6 +64,7 @@ class Learner:
                 p.requires_grad_(False)
         opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
         self.step_done = 0
+        self.optimizer_reset = False  # set when a checkpoint's optimizer state could not be loaded
         if backend == "deepspeed":
             import deepspeed
             import importlib
@@ -158,7 +159,15 @@ class Learner:
         if self.engine is not None:
             if not os.path.isfile(os.path.join(ckpt_dir, "latest")):
                 return 0
-            _, client = self.engine.load_checkpoint(ckpt_dir)
+            try:
+                _, client = self.engine.load_checkpoint(ckpt_dir)
+            except Exception as exc:  # ZeRO cannot re-partition optimizer state for a new DP size
+                if "world size" not in str(exc):
+                    raise
+                # the plan changed the trainer's DP size: keep the weights, restart the moments
+                _, client = self.engine.load_checkpoint(ckpt_dir, load_module_only=True, load_optimizer_states=False,
+                                                        load_lr_scheduler_states=False)
+                self.optimizer_reset = True
             self.step_done = int((client or {}).get("step_done", 0))
             return self.step_done
         found = sorted(glob.glob(os.path.join(ckpt_dir, "step*.pt")))

@@ -59,7 +59,7 @@ def test_torch_engine_and_trainer_record_and_replay(tmp_path) -> None:
 def test_deepspeed_zero2_migration_and_faults(tmp_path) -> None:
     s = _run(tmp_path, engine="torch", trainer="deepspeed", zero_stage=2, devices=4, split="2:2", bucket_bounds=[34],
              policy="libra-cmlfq", steps=3, replay=False,
-             faults=[{"kill": "rollout", "step": 1, "at_s": 0.3, "instance": 0}, {"kill": "trainer", "step": 2}])
+             faults=[{"kill": "rollout", "step": 1, "at_s": 0.05, "instance": 0}, {"kill": "trainer", "step": 2}])
     rows = _rows(os.path.join(s["out"], "steps.csv"))
     assert len(rows) == 3
     assert all(r["train_dp"] == "2" and r["zero_stage"] == "2" for r in rows)
