@@ -165,11 +165,13 @@ class Planner:
 
     def train_shape(self, stats: WorkloadStats) -> tuple[int, int, int]:
         """(tokens, mean seq len, longest seq len) the training stage is predicted for, rounded
-        so memo keys repeat across similar steps (tokens to 1/64 of a power of two, lengths to 256)."""
+        so memo keys repeat across similar steps: tokens up to 1/64 of a power of two, the mean
+        length to the nearest 128 (an unbiased time estimate), the longest up to 256 (memory is
+        checked conservatively)."""
         tokens = max(1, int(stats.n_trajectories * stats.mean_total_tokens))
         q = 1 << max(0, tokens.bit_length() - 6)
         tokens = -(-tokens // q) * q
-        seq = max(256, int(-(-stats.mean_total_tokens // 256) * 256))
+        seq = max(128, int(round(stats.mean_total_tokens / 128)) * 128)
         seq_max = max(seq, int(-(-max(stats.tail_context, 1) // 256) * 256))
         return tokens, seq, seq_max
 
