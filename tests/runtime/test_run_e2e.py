@@ -53,6 +53,11 @@ def test_torch_engine_and_trainer_record_and_replay(tmp_path) -> None:
     fid = _rows(os.path.join(out, "fidelity.csv"))
     assert len(fid) == 2 and all(float(r["sim_step_s"]) > 0 and float(r["measured_step_s"]) > 0 for r in fid)
     assert os.path.isfile(os.path.join(out, "reward.png")) and os.path.isfile(os.path.join(out, "stages.png"))
+    # a new process resumes from the checkpoint of step 1 and runs step 2 only
+    s2 = _run(tmp_path, engine="torch", trainer="torch", devices=3, policy="verl-static-uniform", steps=3, resume=True, replay=False)
+    assert [int(r["step"]) for r in s2["rows"]] == [0, 1, 2]
+    trajs = read_trajectories(os.path.join(out, "trace.jsonl"))
+    assert sorted({t.step for t in trajs}) == [0, 1, 2] and len(trajs) == 36
 
 
 @needs_deepspeed
