@@ -52,10 +52,12 @@ def main(argv: list[str] | None = None) -> int:
 
         overrides = {k: getattr(args, k) for k in KEYS}
         cfg = load_config(args.config, overrides)
-        try:
-            from libra.runtime.loop import Runner
-        except ImportError as exc:
-            raise UserError(f"libra-run needs the run extra ({exc.name} is missing): pip install -e '.[run]'") from None
+        import importlib.util
+
+        missing = [m for m in ("ray", "torch", "transformers") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise UserError(f"libra-run needs the run extra ({', '.join(missing)} missing): pip install -e '.[run]'")
+        from libra.runtime.loop import Runner
         summary = Runner(cfg).run()
     except UserError as exc:
         print(f"libra-run: error: {exc}", file=sys.stderr)

@@ -110,3 +110,14 @@ def test_pin_plan_split_and_buckets() -> None:
     assert [b.max_context for b in p.buckets] == [40, None]
     assert sorted(i.bucket for i in p.instances) == [0, 1]
     assert prompt_text("q").startswith("<|im_start|>user\nq")
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path, capsys) -> None:
+    from libra.runtime.cli import main
+
+    p = tmp_path / "r.yaml"
+    p.write_text("devices: 1\n")
+    assert main(["--config", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "devices" in err and "Traceback" not in err
+    assert main(["--config", str(tmp_path / "missing.toml")]) == 2
