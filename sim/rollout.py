@@ -154,7 +154,9 @@ class RolloutStage:
             raise SimulationError("the plan has no rollout instance")
 
     # ------------------------------------------------------------------ helpers
-    def _obs(self, i: int, inst: Instance | None, last_tool: str | None, last_outcome: str | None) -> TrajectoryObservation:
+    def _obs(
+        self, i: int, inst: Instance | None, last_tool: str | None, last_outcome: str | None, at_call_start: bool = False
+    ) -> TrajectoryObservation:
         return TrajectoryObservation(
             traj_id=self._ids[i],
             index=i,
@@ -168,6 +170,7 @@ class RolloutStage:
             elapsed_s=self.env.now - self._admit_s[i],
             instance=None if inst is None else inst.id,
             bucket=self._bucket[i],
+            at_call_start=at_call_start,
         )
 
     def loads(self, bucket: int) -> list[InstanceLoad]:
@@ -237,7 +240,7 @@ class RolloutStage:
             ev.callbacks.append(lambda _e: self._finish_traj(i, None, tool))
             return
         prev = self._outc[row - 1] if k > 0 else -1
-        route = self.sched.on_tool_return(self._obs(i, inst, tool, OUTCOMES[prev] if prev >= 0 else None))
+        route = self.sched.on_tool_return(self._obs(i, inst, tool, OUTCOMES[prev] if prev >= 0 else None, True))
         b = self._check_bucket(route.bucket)
         self._bucket[i] = b
         ready = now + lat

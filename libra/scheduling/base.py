@@ -30,6 +30,11 @@ class TrajectoryObservation:
     elapsed_s: float  # since the trajectory was admitted
     instance: int | None  # the instance holding its KV (None at admission)
     bucket: int | None
+    # True when the backend routes as a tool call STARTS (the simulator: the KV migration then
+    # overlaps the tool): ``last_tool`` is the tool being called, ``last_outcome`` the PREVIOUS
+    # call's outcome (None before the first), ``context_tokens`` excludes this call's output.
+    # False (default): routed at the tool's return, ``last_outcome`` is that call's outcome.
+    at_call_start: bool = False
 
 
 @dataclass(frozen=True, slots=True)

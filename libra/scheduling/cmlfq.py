@@ -104,7 +104,9 @@ class CMLFQScheduler:
         b = max(floor_bucket(self.plan, obs.context_tokens), cur)
         last = self.plan.buckets[-1].index
         while b < last:
-            p = self.model.p_exceeds(obs.last_outcome, obs.turns_done, obs.context_tokens, self.plan.buckets[b].max_context)
+            p = self.model.p_exceeds(
+                obs.last_outcome, obs.turns_done, obs.context_tokens, self.plan.buckets[b].max_context, obs.at_call_start
+            )
             if p <= self.threshold:
                 break
             b += 1
@@ -129,7 +131,7 @@ class CMLFQScheduler:
         def per_token(t: int) -> float:
             return float(self.table.base[t][0] + self.table.slope[t][0] * c)
 
-        return self.model.remaining(obs.last_outcome, obs.turns_done, c) * (per_token(t_src) - per_token(t_dst))
+        return self.model.remaining(obs.last_outcome, obs.turns_done, c, obs.at_call_start) * (per_token(t_src) - per_token(t_dst))
 
     def on_tool_return(self, obs: TrajectoryObservation) -> Route:
         cur = obs.bucket if obs.bucket is not None else 0

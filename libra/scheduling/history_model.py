@@ -8,9 +8,15 @@ not know the future. ``RemainingWorkModel`` is fitted on COMPLETED steps, with t
 * return states ``(outcome, turns bin, context cell)``: every tool return after which the
   trajectory continues, context including the tool's output (used when an observation carries
   an outcome);
-* call-start states ``(turns bin, context cell)``: the same calls at the moment they start,
-  context before the tool's output, plus every admission (turns 0). The simulator routes here
-  (so the KV migration overlaps the tool) and the outcome is not known yet.
+* call-start states ``(previous outcome, turns bin, context cell)``: the same calls at the
+  moment they start, context before the tool's output, keyed by the outcome of the trajectory's
+  PREVIOUS call ("none" before its first), plus every admission (turns 0, "none"). The simulator
+  routes here (so the KV migration overlaps the tool): this call's outcome is not known yet, the
+  previous one is. These are exactly the observations ``TrajectoryObservation(at_call_start=
+  True)`` carries (sim/rollout.py), so the signal a router conditions on at routing time is the
+  one the samples were keyed by. (An earlier version looked a call-start observation that had a
+  previous outcome up in the RETURN states: the wrong outcome and a context shorter by the tool's
+  output, biasing ``P(final >= bound)`` downwards.)
 
 For a new state the model answers
 
@@ -18,7 +24,8 @@ For a new state the model answers
   ``bound`` (the chance the trajectory outgrows a bucket), and
 * ``remaining(state)``: the empirical mean of ``final - context`` (tokens still to come),
 
-from the samples with the same key, backing off to the key without the turns bin, then to every
+from the samples with the same key, backing off to coarser keys (return states: without the turns
+bin; call-start states: without the previous outcome, then without the turns bin), then to every
 sample at least 0.9x as long as the current context, while fewer than ``min_samples`` support
 the finer one. Final lengths of samples from another context are rescaled by ``context /
 sample context`` so a cell's spread does not bias the estimate.
@@ -75,7 +82,7 @@ class RemainingWorkModel:
         """Fit on the last ``window`` completed steps (oldest first in ``history``)."""
         m = cls(min_samples=min_samples)
         ret: list[list[np.ndarray]] = [[], [], [], []]  # ctx, final, outcome, turns at tool returns
-        start: list[list[np.ndarray]] = [[], [], []]  # ctx, final, turns at call starts / admission
+        start: list[list[np.ndarray]] = [[], [], [], []]  # ctx, final, turns, previous outcome at call starts / admission
         lat: dict[str, list[np.ndarray]] = {}
         for s in list(history)[-window:]:
             if not s.n or not len(s.gen_tokens):
@@ -94,9 +101,14 @@ class RemainingWorkModel:
             ret[1].append(final[routed])
             ret[2].append(s.outcome_code[routed])
             ret[3].append(turns_done[routed])
+            # the previous call's outcome (-1 = none) of each turn's call, within its trajectory
+            first = np.zeros(len(traj), bool)
+            first[s.turn_offsets[:-1]] = True
+            prev_out = np.where(first, -1, np.concatenate([[-1], s.outcome_code[:-1]]))
             start[0] += [(ctx_after - s.tool_tokens)[routed], s.prompt_tokens]
             start[1] += [final[routed], s.total_tokens]
             start[2] += [turns_done[routed], np.zeros(s.n, np.int64)]
+            start[3] += [prev_out[routed], np.full(s.n, -1, np.int64)]
             for code, name in enumerate(s.tool_names):
                 v = s.tool_latency_s[s.tool_code == code]
                 lat.setdefault(name, []).append(v[~np.isnan(v)])
@@ -106,6 +118,7 @@ class RemainingWorkModel:
             r_out, r_turns = np.concatenate(ret[2]).astype(np.int64) + 1, np.concatenate(ret[3])
             s_ctx, s_fin = np.concatenate(start[0]).astype(float), np.concatenate(start[1]).astype(float)
             s_turns = np.concatenate(start[2])
+            s_prev = np.concatenate(start[3]).astype(np.int64) + 1
             m.n_states = len(r_ctx) + len(s_ctx)
             r_cell, s_cell = _cells(r_ctx), _cells(s_ctx)
             r_tb = np.searchsorted(np.asarray(TURN_BIN_EDGES), r_turns, side="left")
@@ -113,6 +126,7 @@ class RemainingWorkModel:
             for code, ctx, fin, key_of in (
                 ((r_out * 16 + r_tb) * 4096 + r_cell, r_ctx, r_fin, lambda u: ("r", onames[u // 65536], (u // 4096) % 16, u % 4096)),
                 (r_out * 4096 + r_cell, r_ctx, r_fin, lambda u: ("r", onames[u // 4096], u % 4096)),
+                ((s_prev * 16 + s_tb) * 4096 + s_cell, s_ctx, s_fin, lambda u: ("s", onames[u // 65536], (u // 4096) % 16, u % 4096)),
                 (s_tb * 4096 + s_cell, s_ctx, s_fin, lambda u: ("s", u // 4096, u % 4096)),
                 (s_cell, s_ctx, s_fin, lambda u: ("s", u)),
             ):
@@ -132,11 +146,20 @@ class RemainingWorkModel:
                 m.tool_latency_s[name] = float(np.median(v))
         return m
 
-    def _finals(self, outcome: str | None, turns_done: int, context: int) -> np.ndarray:
-        """Predicted final lengths for a state: the backed-off sample set, rescaled to ``context``."""
+    def _finals(self, outcome: str | None, turns_done: int, context: int, call_start: bool = False) -> np.ndarray:
+        """Predicted final lengths for a state: the backed-off sample set, rescaled to ``context``.
+
+        ``call_start``: the state is a call's start (``outcome`` is the previous call's, None
+        before the first); otherwise a return (``outcome`` is the call's own) or, with ``outcome``
+        None, an admission / a state without an outcome."""
         c = context_cell(context)
         tb = turn_bin(turns_done)
-        keys = (("r", outcome, tb, c), ("r", outcome, c)) if outcome is not None else (("s", tb, c), ("s", c))
+        if call_start:
+            keys: tuple[tuple, ...] = (("s", outcome or "none", tb, c), ("s", tb, c), ("s", c))
+        elif outcome is not None:
+            keys = (("r", outcome, tb, c), ("r", outcome, c))
+        else:
+            keys = (("s", tb, c), ("s", c))
         for key in keys:
             got = self._samples.get(key)
             if got is not None and len(got[0]) >= self.min_samples:
@@ -149,22 +172,26 @@ class RemainingWorkModel:
             return np.maximum(fin * (context / np.maximum(ctx, 1.0)), context)
         return np.asarray([float(context)])
 
-    def p_exceeds(self, outcome: str | None, turns_done: int, context: int, bound: int | None) -> float:
+    def p_exceeds(
+        self, outcome: str | None, turns_done: int, context: int, bound: int | None, call_start: bool = False
+    ) -> float:
         """P(final context >= ``bound``) given the state; 0 for an unbounded bucket."""
         if bound is None:
             return 0.0
         if context >= bound:
             return 1.0
-        f = self._finals(outcome, turns_done, context)
+        f = self._finals(outcome, turns_done, context, call_start)
         return float(np.mean(f >= bound))
 
-    def remaining(self, outcome: str | None, turns_done: int, context: int) -> float:
+    def remaining(self, outcome: str | None, turns_done: int, context: int, call_start: bool = False) -> float:
         """Expected tokens still to come (generation and tool returns) given the state."""
-        return float(np.mean(self._finals(outcome, turns_done, context)) - context)
+        return float(np.mean(self._finals(outcome, turns_done, context, call_start)) - context)
 
-    def remaining_quantile(self, outcome: str | None, turns_done: int, context: int, q: float) -> float:
+    def remaining_quantile(
+        self, outcome: str | None, turns_done: int, context: int, q: float, call_start: bool = False
+    ) -> float:
         """A quantile of the remaining tokens given the state."""
-        return float(np.quantile(self._finals(outcome, turns_done, context), q) - context)
+        return float(np.quantile(self._finals(outcome, turns_done, context, call_start), q) - context)
 
     def expected_tool_latency(self, tool: str | None, default: float = 1.0) -> float:
         """Median latency of ``tool`` in past steps (``default`` when never seen)."""

@@ -120,7 +120,7 @@ class LengthPredictorRouter:
 
     def predicted_final(self, obs: TrajectoryObservation) -> float:
         """Context so far + the model's expected remainder x a seeded lognormal factor."""
-        rem = max(self.model.remaining(obs.last_outcome, obs.turns_done, obs.context_tokens), 0.0)
+        rem = max(self.model.remaining(obs.last_outcome, obs.turns_done, obs.context_tokens, obs.at_call_start), 0.0)
         key = zlib.crc32(f"{self.seed}|{obs.step}|{obs.traj_id}|{obs.turns_done}".encode())
         z = np.random.default_rng(key).standard_normal()
         return obs.context_tokens + rem * float(np.exp(self.sigma * z - self.sigma**2 / 2))
