@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 from typing import Any
 
@@ -53,6 +54,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="write steps.csv and PNG plots here")
     p.add_argument("--json", default=None, metavar="FILE", help="write the run summary as JSON")
     p.add_argument("--per-step", action="store_true", help="also print a per-step table for each policy")
+    p.add_argument("--jobs", type=_positive_int, default=None,
+                   help="with --compare: policies replayed in parallel processes (default: CPU cores; 1 = in this process)")
 
 
 def _parse_split(text: str | None) -> tuple[int, int] | None:
@@ -126,6 +129,41 @@ class _Progress:
         return lambda done, tot: self.bar.update(tid, completed=done)  # type: ignore[union-attr]
 
 
+#: What a forked worker replays (set before the pool forks, so nothing large is pickled).
+_JOB: dict[str, Any] = {}
+
+
+def _replay_one(name: str) -> tuple[str, Any, str | None]:
+    """Replay one policy in a worker; a user error comes back as text (the others go on)."""
+    from cost_models.errors import CostModelError
+    from sim.replay import replay_policy
+
+    try:
+        return name, replay_policy(_JOB["steps"], name, _JOB["cluster"], _JOB["config"], **_JOB["pins"]), None
+    except (UserError, CostModelError) as exc:
+        return name, None, str(exc)
+
+
+def _replay_parallel(jobs: int, steps: Any, names: list[str], cluster: Any, config: Any, pins: dict[str, Any]) -> list[tuple[str, Any, str | None]]:
+    """Replay ``names`` in ``jobs`` forked processes. Each policy's run is seeded and independent
+    of the others, so the results equal a sequential replay's; they come back in ``names`` order."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    _JOB.update(steps=steps, cluster=cluster, config=config, pins=pins)
+    try:
+        with _Progress() as prog, ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+            tick = prog.task("policies", len(names))
+            futures = [pool.submit(_replay_one, n) for n in names]
+            out = []
+            for i, f in enumerate(futures):
+                out.append(f.result())
+                if tick:
+                    tick(i + 1, len(names))
+            return out
+    finally:
+        _JOB.clear()
+
+
 def run(args: argparse.Namespace) -> int:
     import os
 
@@ -173,17 +211,28 @@ def run(args: argparse.Namespace) -> int:
 
     results = []
     failed: list[str] = []
-    with _Progress() as prog:
-        for name in chosen:
-            cb = prog.task(name, len(steps))
-            try:
-                results.append(replay_policy(steps, name, cluster, config, costs=costs, progress=cb, **pins))
-            except (UserError, CostModelError) as exc:
-                if not args.compare:
-                    raise
-                # one policy that cannot run this configuration must not hide the others
-                print(f"libra-sim: policy {name}: {exc}", file=sys.stderr)
-                failed.append(name)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    jobs = min(args.jobs or cores, len(chosen))
+    if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
+        outcomes = _replay_parallel(jobs, steps, chosen, cluster, config, pins)
+    else:
+        outcomes = []
+        with _Progress() as prog:
+            for name in chosen:
+                cb = prog.task(name, len(steps))
+                try:
+                    outcomes.append((name, replay_policy(steps, name, cluster, config, costs=costs, progress=cb, **pins), None))
+                except (UserError, CostModelError) as exc:
+                    if not args.compare:
+                        raise
+                    outcomes.append((name, None, str(exc)))
+    for name, res, err in outcomes:
+        if err is not None:
+            # one policy that cannot run this configuration must not hide the others
+            print(f"libra-sim: policy {name}: {err}", file=sys.stderr)
+            failed.append(name)
+        else:
+            results.append(res)
     if not results:
         raise UserError(f"no policy could replay this trace ({', '.join(failed)}); see the messages above")
     console = Console() if sys.stdout.isatty() else Console(width=200)
