@@ -3,7 +3,7 @@
 A trace recorded on a real cluster carries measured latencies; a synthetic or converted one may
 not. Then the latency of a call is drawn from a lognormal chosen by the tool's name, capped at
 that tool family's timeout; a call whose outcome is ``"timeout"`` takes exactly the timeout.
-The families and their figures come from /work/shared/reference/workloads.md:
+The families and their figures come from shared/reference/workloads.md:
 
 =========  =================================  ========  =====  =======
 family     names containing                   median s  sigma  timeout
