@@ -329,7 +329,12 @@ class Planner:
             try:
                 rep = memory_report(self.ev, cfg, seq_max, suggest=True)
                 if not getattr(rep, "fits", True):
-                    return f"{name}: training does not fit on {biggest} GPUs ({report_line(rep, str(cfg))}); use more GPUs or a bigger GPU"
+                    line = report_line(rep, str(cfg))
+                    if "no strategy" in line:  # no GPU count helps: activations grow with seq alone
+                        return (f"{name}: training sequences of {seq_max} tokens fit no TP/PP/DP strategy ({line}); "
+                                f"plan from a trace with shorter sequences (--trace), or use a GPU with more memory "
+                                f"(context parallelism is not modelled)")
+                    return f"{name}: training does not fit on {biggest} GPUs ({line}); use more GPUs or a bigger GPU"
             except ValueError:
                 pass
         kv = max(self.table.kv_capacity.values())
