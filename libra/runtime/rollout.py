@@ -5,8 +5,10 @@ worker: when an instance dies its trajectories are re-queued elsewhere and recom
 context there. Routing is the policy core's: ``admit`` places a new trajectory in a bucket,
 ``on_tool_return`` decides after each tool call whether it stays or moves (C-MLFQ's
 ``Route.migrate``), ``choose_instance`` picks an instance of the bucket from the loads the driver
-sees. A move is carried out by prefix recomputation: the destination computes the trajectory's
-whole context (``EngineActor.prefill``) ahead of its next turn, and the source drops its KV. Its
+sees. Routing happens as a tool call starts (``TrajectoryObservation.at_call_start``, as in the
+simulator), so a move is carried out while the tool runs, by prefix recomputation: the destination
+computes the trajectory's context (``EngineActor.prefill``) and the source drops its KV; when
+the tool returns, the destination has only the tool's output left to compute. Its
 measured time is recorded next to the cost evaluator's ``kv_migration_s`` prediction.
 
 Each instance runs at most one ``generate`` call at a time (a batch of up to ``max_batch``
@@ -95,12 +97,16 @@ class Rollout:
     def _now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def _obs(self, ep: Episode, index: int, where: int | None, bucket: int | None, admitted: float) -> TrajectoryObservation:
+    def _obs(self, ep: Episode, index: int, where: int | None, bucket: int | None, admitted: float,
+             calling: str | None = None) -> TrajectoryObservation:
+        """What a real system knows now. ``calling``: the tool whose call is starting (routing at
+        call start: ``last_outcome`` is then the previous call's outcome)."""
         last = ep.turns[-1] if ep.turns else None
         return TrajectoryObservation(
             traj_id=ep.traj_id, index=index, step=ep.step, group=ep.group, prompt_tokens=len(ep.prompt_ids),
-            context_tokens=len(ep.context), turns_done=len(ep.turns), last_tool=last.tool if last else None,
+            context_tokens=len(ep.context), turns_done=len(ep.turns), last_tool=calling if calling else (last.tool if last else None),
             last_outcome=last.outcome if last else None, elapsed_s=self._now() - admitted, instance=where, bucket=bucket,
+            at_call_start=calling is not None,
         )
 
     def _loads(self, bucket: int) -> list[InstanceLoad]:
@@ -220,21 +226,11 @@ class Rollout:
                     if ep.done:
                         finish(ep)
                         continue
-                    src = where[t]
-                    route = self.sched.on_tool_return(self._obs(ep, index[t], src, bucket_of[t], admitted[t]))
-                    bucket_of[t] = route.bucket
-                    dst = src
-                    src_inst = self.inst[src]
-                    if route.bucket != src_inst.bucket or not src_inst.alive or src_inst.lent:
-                        dst = self._place(route.bucket)
-                    if dst != src:
-                        src_inst.resident.discard(t)
-                        if src_inst.alive:
-                            src_inst.handle.drop.remote([t])
-                        if route.migrate:
-                            prefills[self.inst[dst].handle.prefill.remote(t, tuple(ep.context))] = (t, src, dst)
-                        else:
-                            res.moves_without_kv += 1
+                    # routed when the call started; continue there (or, if that instance died or
+                    # was lent meanwhile, on another of the bucket: it recomputes the context)
+                    dst = where[t]
+                    if not self.inst[dst].alive or self.inst[dst].lent:
+                        dst = self._place(bucket_of[t])
                         where[t] = dst
                     self.inst[dst].queue.append(t)
                     continue
@@ -268,8 +264,24 @@ class Rollout:
                     call = ep.on_generation(r, self.decode)
                     if call is None:
                         finish(ep)
-                    else:
-                        tools[self.tools.call.remote(call.name, call.args)] = r.traj_id
+                        continue
+                    t = r.traj_id
+                    tools[self.tools.call.remote(call.name, call.args)] = t
+                    # route as the call starts, so a move's context recomputation on the
+                    # destination overlaps the tool call (as the simulator's KV migration does)
+                    src = where[t]
+                    route = self.sched.on_tool_return(self._obs(ep, index[t], src, bucket_of[t], admitted[t], calling=call.name))
+                    bucket_of[t] = route.bucket
+                    if route.bucket != inst.bucket:
+                        dst = self._place(route.bucket)
+                        if dst != src:
+                            inst.resident.discard(t)
+                            inst.handle.drop.remote([t])
+                            if route.migrate:
+                                prefills[self.inst[dst].handle.prefill.remote(t, tuple(ep.context))] = (t, src, dst)
+                            else:
+                                res.moves_without_kv += 1
+                            where[t] = dst
                 res.engine_busy_s[inst.id] = res.engine_busy_s.get(inst.id, 0.0) + busy
             dispatch()
             consult_pool()
