@@ -47,9 +47,14 @@ def _one(args: tuple[str, str, str, str, int, str, str]) -> dict[str, Any]:
     from sim.loop import SimConfig
     from sim.replay import load_steps, replay_policy
 
+    from libra.errors import UserError
+
     steps, _ = load_steps(trace, steps_arg)
     t0 = time.process_time()
-    res = replay_policy(steps, policy, ClusterSpec(gpus, gpu, model), SimConfig(mode=mode, seed=0))
+    try:
+        res = replay_policy(steps, policy, ClusterSpec(gpus, gpu, model), SimConfig(mode=mode, seed=0))
+    except UserError as exc:  # e.g. verl-colocated has no async mode
+        return {"row": None, "steps": [], "skipped": f"{policy} {mode}: {exc}"}
     cpu = time.process_time() - t0
     ratios = [s.makespan_over_bound for s in res.steps]
     tail = [s.makespan_over_bound for s in res.steps[1:]] or ratios
@@ -150,8 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for j in jobs:
             results.append(_one(j))
-            print(f"  {j[5]:22s} {j[6]:5s} done ({results[-1]['row']['cpu_s']:.1f} s CPU)", file=sys.stderr, flush=True)
+            r = results[-1]
+            print(f"  {j[5]:22s} {j[6]:5s} " + (f"done ({r['row']['cpu_s']:.1f} s CPU)" if r["row"] else "skipped"), file=sys.stderr, flush=True)
     wall = time.time() - t0
+    skipped = [r["skipped"] for r in results if r["row"] is None]
+    results = [r for r in results if r["row"] is not None]
 
     by_mode: dict[str, dict[str, dict[str, Any]]] = {m: {} for m in modes}
     for r in results:
@@ -183,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{sum(r['row']['cpu_s'] for r in results):.0f} s total ({wall:.0f} s wall, {a.jobs} job(s)).",
         "Speedups are trained-token throughput ratios in the same mode; makespan/LB is the mean over steps.",
         "",
-    ]
+    ] + ([f"Not run: {x}" for x in skipped] + [""] if skipped else [])
     for m in modes:
         rows = by_mode[m]
         md += [f"## {m} mode", "", _fmt_table(list(rows.values())), ""]

@@ -17,8 +17,9 @@ Modes:
 Each step's plan comes from ``policy.plan(cluster, history, prompt_tokens)`` where ``history``
 holds the steps whose rollout has finished (their trajectories are then fully known), oldest
 first. GPUs are booked in a ``GpuLedger`` for every use, so nothing is ever double-booked; a
-rollout instance whose GPUs are still training waits for them (async mode with a plan that
-moved the split).
+rollout instance whose GPUs an earlier step's training still needs waits until that training
+and its weight sync are done (async mode with a plan that moved the split): the training books
+them first, even when both ask at the same instant.
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ class Simulator:
         n = len(self.steps)
         self.rollout_done = [env.event() for _ in range(n)]
         self.synced = [env.event() for _ in range(n)]
+        self._train_gpu_sets: dict[int, frozenset[int]] = {}
         self.history: list[StepArrays] = []
         self.running_job: TrainJob | None = None
         self.train_segments: list[tuple[float, float, int]] = []
@@ -189,10 +191,20 @@ class Simulator:
                 training_state=lambda: (self.running_job is not None, self.running_job.n_gpus if self.running_job else 0),
                 on_group_done=on_group,
             )
+            # GPUs an earlier step's training still needs (async, a plan that moved the split
+            # towards rollout) go to that training first: its job was decided before this plan,
+            # and without this the new rollout instance, asking at the same instant, could win
+            # the booking and stall that training for a whole rollout (seen: +507 s on one step).
+            blocking = [(gs, self.synced[i]) for i, gs in self._train_gpu_sets.items() if i < j and not self.synced[i].triggered]
+            self._train_gpu_sets[j] = frozenset(train_gpus)
             for inst in stage.instances.values():
                 inst.started = False
-                ev = self.ledger.acquire(inst.gpus, ("rollout", step.step, inst.id))
-                ev.callbacks.append(lambda _e, inst=inst: inst.start())
+                waits = [ev for gs, ev in blocking if gs.intersection(inst.gpus)]
+                if waits:
+                    env.process(self._acquire_after(waits, inst, ("rollout", step.step, inst.id)))
+                else:
+                    ev = self.ledger.acquire(inst.gpus, ("rollout", step.step, inst.id))
+                    ev.callbacks.append(lambda _e, inst=inst: inst.start())
             for f in self.cfg.faults:
                 if f.step == step.step:
                     ev = env.timeout(f.at_s)
@@ -203,6 +215,12 @@ class Simulator:
             else:
                 train = None
             env.process(self._finish_step(j, step, plan, stage, job, lat, mode, train))
+
+    def _acquire_after(self, waits: list[simpy.Event], inst: Instance, owner: tuple[str, int, int]) -> Generator[Any, Any, None]:
+        """Book ``inst``'s GPUs once the earlier trainings in ``waits`` are done, then start it."""
+        yield self.env.all_of(waits)
+        yield self.ledger.acquire(inst.gpus, owner)
+        inst.start()
 
     def _owner(self, stage: RolloutStage, inst: Instance) -> tuple[str, int, int]:
         return ("rollout", stage.step.step, inst.id)

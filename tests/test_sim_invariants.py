@@ -212,3 +212,24 @@ def test_router_observations_hold_only_the_past() -> None:
         else:
             assert obs.context_tokens == step.total_tokens[i] and obs.turns_done == step.n_turns[i]
     assert sum(k == "finish" for k, _ in seen) == step.n
+
+
+def test_async_split_move_lets_the_previous_training_go_first() -> None:
+    """Async, step 1's plan moves the split towards rollout: the GPUs step 0's training still
+    needs go to that training first (its job was decided earlier); step 1's new instance on
+    them waits for it, instead of booking them at the same instant and stalling the training
+    for a whole rollout."""
+    from test_sim_support import FixedPolicy, simple_plan
+
+    class Moving(FixedPolicy):
+        def plan(self, cluster, history, prompt_tokens):  # type: ignore[no-untyped-def]
+            self.histories.append(len(history))
+            return simple_plan(n_inst=2) if not history else simple_plan(n_inst=3)
+
+    steps = [make_step(s, 30, seed=4) for s in range(3)]
+    sim, res = _run(steps, Moving(simple_plan()), mode="async", staleness=1, noise_sigma=0.0)
+    s0, s1 = res.steps[0], res.steps[1]
+    assert s0.n_train_gpus == 12 and s1.n_train_gpus == 10
+    assert s0.train_start_s == pytest.approx(s0.rollout_start_s + s0.rollout_makespan_s)
+    assert s1.rollout_start_s == pytest.approx(s0.rollout_start_s + s0.rollout_makespan_s)
+    assert res.completed == res.expected
