@@ -88,10 +88,11 @@ def test_vllm_cpu_engine_end_to_end(tmp_path) -> None:
     assert len(rows) == 2 and all(int(r["gen_tokens"]) > 0 for r in rows)
 
 
-def _ray_pids() -> set[str]:
-    """Pids of Ray's processes (raylet, gcs_server, workers 'ray::...') on this host."""
+def _pids_mentioning(text: str) -> set[str]:
+    """Pids of processes whose command line contains ``text`` (Ray's daemons carry their
+    session directory, under the run's own RAY_TMPDIR, in their arguments)."""
     out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    return {ln.split()[0] for ln in out.splitlines() if any(k in ln for k in ("raylet", "gcs_server", "ray::", "default_worker.py"))}
+    return {ln.split()[0] for ln in out.splitlines() if text in ln and "pytest" not in ln}
 
 
 def _shm() -> set[str]:
@@ -103,11 +104,15 @@ def _shm() -> set[str]:
 
 @needs_ray
 def test_ctrl_c_stops_cleanly(tmp_path) -> None:
+    import shutil
+    import tempfile
+
     before = _shm()
-    ray_before = _ray_pids()
+    ray_tmp = tempfile.mkdtemp(prefix="lrray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
     cmd = [sys.executable, "-m", "libra.runtime.cli", "--engine", "torch", "--devices", "2", "--steps", "50", "--prompts-per-step", "2",
            "--group-size", "2", "--out", str(tmp_path / "run"), "--no-replay", "--policy", "verl-static-uniform"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
     seen = ""
     deadline = time.time() + 240
     assert proc.stdout is not None
@@ -128,6 +133,8 @@ def test_ctrl_c_stops_cleanly(tmp_path) -> None:
     time.sleep(1.0)
     left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
     assert not left, f"processes left in the run's process group: {left}"
-    assert not (_ray_pids() - ray_before), "Ray processes left behind"
+    left_ray = _pids_mentioning(ray_tmp)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert not left_ray, f"Ray processes of the run left behind: {left_ray}"
     new = {f for f in _shm() - before if "vllm" in f or f.startswith("psm_") or f.startswith("torch_")}
     assert not new, f"/dev/shm files left: {sorted(new)}"
