@@ -226,3 +226,25 @@ def test_colocated_candidate_in_sync_mode(ev: CostEvaluator) -> None:
     assert splits
     a = Planner(cluster, ev, SearchOptions(mode="async")).search(hist, hist[-1].prompt_tokens)
     assert not any(c.colocated for c in a.candidates)
+
+
+def test_async_move_towards_rollout_waits_for_the_previous_training(ev: CostEvaluator) -> None:
+    """Async: GPUs moving from training to rollout are still training the previous step, so the
+    move costs the in-force plan's predicted training time on top of the role change; moving the
+    other way, or in sync mode, does not."""
+    from libra.planner.transfers import transition_s
+
+    cluster = ClusterSpec(16, "a800", "qwen3-8b")
+    planner = Planner(cluster, ev, SearchOptions(colocated=False, mode="async"))
+    hist = make_history(2, n=64)
+    cur = planner.plan(hist, hist[-1].prompt_tokens)
+    assert 0 < cur.n_train_gpus < 16 and np.isfinite(cur.predicted_train_s)
+    res = planner.search(hist, hist[-1].prompt_tokens, current=cur)
+    fewer = [c for c in res.candidates if c.n_train < cur.n_train_gpus]
+    more = [c for c in res.candidates if c.n_train > cur.n_train_gpus]
+    assert fewer
+    for c in fewer:
+        plain = transition_s(ev, cluster, cur, c.n_train, c.train, c.rollout.instances, "sync")
+        assert c.transition_s == pytest.approx(plain + cur.predicted_train_s)
+    for c in more:
+        assert c.transition_s == pytest.approx(transition_s(ev, cluster, cur, c.n_train, c.train, c.rollout.instances, "sync"))

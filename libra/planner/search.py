@@ -29,7 +29,9 @@ switches cost more than the idle side of the split.
 
 When replanning with a current plan in force, a candidate that differs from it (another split,
 training strategy or instance layout) is charged the transition ``role_change_s`` for the GPUs
-whose role or shard changes, amortized over ``amortize_steps`` (4) steps: the planner switches
+whose role or shard changes (async mode: GPUs moving from training to rollout also wait for
+the previous step's training, the in-force plan's predicted training time), amortized over
+``amortize_steps`` (4) steps: the planner switches
 only when the predicted gain over that many steps pays for the move (charging it to one step
 kept a plan made from the first step's length prior for the whole Search-R1 run, 2.7 s per step
 slower than the alternative, for a ~10 s move). ``Replanner`` decides when to search again: every step, or only when
@@ -211,7 +213,7 @@ class Planner:
                     state["skipped"] += tree.budget_s != float("inf")
                     continue
                 sync = weight_sync_s(self.ev, self.cluster, n_train, tree.best, ro.instances)
-                trans = transition_s(self.ev, self.cluster, current, n_train, tree.best, ro.instances)
+                trans = transition_s(self.ev, self.cluster, current, n_train, tree.best, ro.instances, self.options.mode)
                 st = step_time(self.options.mode, ro.makespan_s, tree.best_time_s, sync) + trans / self.options.amortize_steps
                 cands.append(Candidate(n_train, tree.best, tree.best_time_s, ro, sync, trans, st))
                 state["incumbent"] = min(incumbent, st)
