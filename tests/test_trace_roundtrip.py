@@ -132,3 +132,19 @@ def test_writer_onto_a_directory_is_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="cannot write trace"):
         write_trace(tmp_path / "d.jsonl", [Trajectory("a", 0, 1, (Turn(1, None),))])
     assert sorted(os.listdir(tmp_path)) == ["d.jsonl"]
+
+
+def test_written_trace_has_the_mode_open_would_give(tmp_path) -> None:
+    """The writer goes through a temporary file; the result must not stay private (0600)."""
+    import os
+
+    from libra.trace.records import Trajectory, Turn
+    from libra.trace.writer import write_trace
+
+    umask = os.umask(0o022)
+    try:
+        out = tmp_path / "t.jsonl"
+        write_trace(out, [Trajectory("a", 0, 5, (Turn(3, None),))])
+        assert (out.stat().st_mode & 0o777) == 0o644
+    finally:
+        os.umask(umask)

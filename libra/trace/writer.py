@@ -132,6 +132,10 @@ def write_trace(
     if not os.path.isdir(directory):
         raise UserError(f"cannot write trace {dest}: directory {directory} does not exist")
     fd, tmp_path = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(dest), dir=directory)
+    # mkstemp creates 0600; a trace is an ordinary file, so give it the mode open() would
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp_path, 0o666 & ~umask)
     count = 0
     hashes = array("q")
     lines = array("q")
