@@ -14,6 +14,7 @@ Role changes and the colocated offload/reload go through the evaluator's ``role_
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -142,11 +143,31 @@ class SimCosts:
         return float(self.ev.role_change_s("rollout", rollout_tp, self.strategy(cfg), True))
 
 
-def load_costs(gpu: str, model: str, gpus_per_node: int = 8) -> SimCosts:
-    """The real evaluator for ``gpu``/``model`` wrapped for the simulator."""
+def load_costs(gpu: str, model: str, gpus_per_node: int = 8, calibration: str | os.PathLike[str] | None = None) -> SimCosts:
+    """The real evaluator for ``gpu``/``model`` wrapped for the simulator.
+
+    ``calibration`` is an operator calibration file written by ``libra-calibrate fit``; without
+    it the evaluator uses the bundled calibration of ``gpu`` (or the roofline). Passing one is
+    how a replay on ``--gpu cpu`` uses the timings profiled on that CPU: the CPU has no bundled
+    calibration, and its roofline is only a rough datasheet guess. A missing, unreadable or
+    mismatched file is a one-line ``UserError``.
+    """
     try:
         from cost_models import CostEvaluator  # type: ignore[attr-defined]
+        from cost_models.errors import CostModelError
     except ImportError as exc:
         raise UserError(f"the cost evaluator (cost_models.CostEvaluator) is not available: {exc}") from exc
+    if calibration is not None:
+        path = os.fspath(calibration)
+        if os.path.isdir(path):
+            raise UserError(f"--calibration {path}: is a folder of measurements; fit it into a file first "
+                            f"(`libra-calibrate fit --data {path} --gpu {gpu} -o FILE.json`)")
+        if not os.path.isfile(path):
+            raise UserError(f"--calibration {path}: file not found (write one with `libra-calibrate fit`)")
+        try:
+            ev = CostEvaluator(gpu=gpu, model=model, gpus_per_node=gpus_per_node, calibration=path)
+        except CostModelError as exc:
+            raise UserError(f"--calibration: {exc}") from None
+        return SimCosts(ev, gpus_per_node=gpus_per_node)
     ev = CostEvaluator(gpu=gpu, model=model, gpus_per_node=gpus_per_node)
     return SimCosts(ev, gpus_per_node=gpus_per_node)

@@ -58,13 +58,15 @@ def replay_policy(
     config: SimConfig | None = None,
     costs: SimCosts | None = None,
     progress: Callable[[int, int], None] | None = None,
+    calibration: str | None = None,
     **opts: Any,
 ) -> RunResult:
     """Replay ``steps`` under the policy named ``policy``. ``opts`` go to the policy factory
     (pins such as ``split=(24, 24)``, ``rollout_tp``...); ``seed``, ``kl`` and ``staleness`` are
-    passed to it from ``config`` too."""
+    passed to it from ``config`` too. Without ``costs``, they are loaded for the cluster's GPU and
+    model, fitted on ``calibration`` (a ``libra-calibrate fit`` file) when given."""
     config = config or SimConfig()
-    costs = costs or load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node)
+    costs = costs or load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, calibration)
     pol = resolve(policy, cluster, costs=costs, seed=config.seed, kl=config.kl, staleness=config.staleness,
                   mode=config.mode, trace_steps=list(steps), **opts)
     sim = Simulator(steps, pol, cluster, costs, config)

@@ -21,7 +21,7 @@ KEYS: dict[str, tuple[Any, str]] = {
     "devices": (4, "devices the planner splits between rollout and training (CPU workers or GPUs)"),
     "devices_per_node": (None, "devices per node (a TP group stays inside one); default: devices"),
     "gpu": (None, "cost-model catalog name of the device (default: cpu on CPU, h100 on cuda)"),
-    "calibration": (None, "calibration file/folder for the cost evaluator (libra-calibrate fit output)"),
+    "calibration": (None, "operator calibration file for the cost evaluator (libra-calibrate fit output)"),
     "address": (None, "Ray cluster address to join (default: start a local Ray)"),
     "policy": ("libra", "resource policy: libra and its ablations, or a simulator baseline (verl-static-uniform, ...)"),
     "split": (None, "pin ROLLOUT:TRAIN devices (e.g. '2:2'); overrides the planner's split"),

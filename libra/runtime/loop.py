@@ -322,7 +322,7 @@ class Runner:
         if cfg.replay and self.rows and not summary.get("interrupted"):
             try:
                 fid = replay_fidelity(self.out, os.path.join(self.out, "trace.jsonl"), self.rows, cfg.devices, cfg.per_node, cfg.gpu_name,
-                                      self.model_cfg, cfg.policy)
+                                      self.model_cfg, cfg.policy, calibration=cfg.calibration)
                 summary["fidelity"] = fid
             except Exception as exc:  # the run itself succeeded; say why the comparison did not
                 self.log(f"replay comparison failed: {exc}")

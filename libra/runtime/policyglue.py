@@ -29,9 +29,10 @@ def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool) -
         raise UserError(f"policy {name!r} is unknown; known: {', '.join(POLICIES)}") from None
     if name not in policy_names():
         raise UserError(f"policy {name!r} is unknown; known: {', '.join(policy_names())}")
-    from sim.costs import load_costs
+    from sim.costs import SimCosts
 
-    costs = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node)
+    # the run's evaluator, so a simulator baseline plans with the run's calibration too
+    costs = SimCosts(ev, gpus_per_node=cluster.gpus_per_node)
     return resolve(name, cluster, costs=costs, seed=seed, kl=1.0 if kl else 0.0)
 
 

@@ -82,15 +82,21 @@ def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], devices: int, per_node: int, gpu: str, model: str,
-                    policy: str, timeout_s: float = 600) -> list[dict[str, Any]]:
+                    policy: str, timeout_s: float = 600, calibration: str | None = None) -> list[dict[str, Any]]:
     """Replay ``trace`` with ``libra-sim replay`` on the same devices and policy (no noise) and
     write ``fidelity.csv``: measured and simulated rollout/train/step seconds per step.
+
+    ``calibration`` (the run's ``calibration`` key) is passed on as ``--calibration``, so the
+    simulator predicts with the same operator timings as the run's planner did; without it a
+    replay on ``cpu`` would use the CPU roofline guess and the comparison would measure that.
 
     Run as a subprocess: the simulator is its own program and the runtime does not import it.
     """
     rdir = os.path.join(out_dir, "replay")
     cmd = [sys.executable, "-m", "sim.cli", "replay", trace, "--gpus", str(devices), "--gpus-per-node", str(per_node), "--gpu", gpu,
            "--model", model, "--policy", policy, "--noise", "0", "--out", rdir, "--mini-batches", "1"]
+    if calibration:
+        cmd += ["--calibration", os.path.abspath(calibration)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"libra-sim replay failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")

@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-node", type=_positive_int, default=8, help="GPUs per node (default 8)")
     p.add_argument("--gpu", default=None, help="GPU catalog name (default: the trace header's hint, else a800)")
     p.add_argument("--model", default=None, help="model catalog name or config.json (default: the trace header's hint)")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="operator calibration file (`libra-calibrate fit` output) for the cost evaluator, e.g. one profiled "
+                        "on this CPU for --gpu cpu (default: the GPU's bundled calibration, else the roofline)")
     p.add_argument("--policy", default=None, help="policy name (default: libra if available, else verl-static-uniform)")
     p.add_argument("--compare", action="store_true",
                    help="replay every known policy on the same trace (a policy that cannot run is reported, the rest go on; exit 1)")
@@ -139,17 +142,19 @@ def _replay_one(name: str) -> tuple[str, Any, str | None]:
     from sim.replay import replay_policy
 
     try:
-        return name, replay_policy(_JOB["steps"], name, _JOB["cluster"], _JOB["config"], **_JOB["pins"]), None
+        return name, replay_policy(_JOB["steps"], name, _JOB["cluster"], _JOB["config"], costs=_JOB["costs"], **_JOB["pins"]), None
     except (UserError, CostModelError) as exc:
         return name, None, str(exc)
 
 
-def _replay_parallel(jobs: int, steps: Any, names: list[str], cluster: Any, config: Any, pins: dict[str, Any]) -> list[tuple[str, Any, str | None]]:
+def _replay_parallel(jobs: int, steps: Any, names: list[str], cluster: Any, config: Any, pins: dict[str, Any],
+                     costs: Any) -> list[tuple[str, Any, str | None]]:
     """Replay ``names`` in ``jobs`` forked processes. Each policy's run is seeded and independent
-    of the others, so the results equal a sequential replay's; they come back in ``names`` order."""
+    of the others, so the results equal a sequential replay's; they come back in ``names`` order.
+    The workers inherit ``costs`` (so a ``--calibration`` reaches them too)."""
     from concurrent.futures import ProcessPoolExecutor
 
-    _JOB.update(steps=steps, cluster=cluster, config=config, pins=pins)
+    _JOB.update(steps=steps, cluster=cluster, config=config, pins=pins, costs=costs)
     try:
         with _Progress() as prog, ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
             tick = prog.task("policies", len(names))
@@ -187,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     gpu = args.gpu or meta.get("gpu") or "a800"
     model = _model_name(args.model, getattr(header, "model", None))
     cluster = ClusterSpec(args.gpus, gpu, model, args.gpus_per_node)
-    costs = load_costs(gpu, model, args.gpus_per_node)
+    costs = load_costs(gpu, model, args.gpus_per_node, args.calibration)
     names = policy_names()
     if args.compare:
         chosen = [n.strip() for n in args.policies.split(",")] if args.policies else list(names)
@@ -214,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     jobs = min(args.jobs or cores, len(chosen))
     if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
-        outcomes = _replay_parallel(jobs, steps, chosen, cluster, config, pins)
+        outcomes = _replay_parallel(jobs, steps, chosen, cluster, config, pins, costs)
     else:
         outcomes = []
         with _Progress() as prog:
@@ -238,6 +243,8 @@ def run(args: argparse.Namespace) -> int:
     console = Console() if sys.stdout.isatty() else Console(width=200)
     n_traj = sum(s.n for s in steps)
     title = f"{os.path.basename(args.trace)}: {len(steps)} steps, {n_traj} trajectories, {args.gpus} x {gpu}, {model}, seed {args.seed}"
+    if args.calibration:
+        title += f", calibration {os.path.basename(args.calibration)}"
     console.print(report.summary_table(results, title))
     if args.per_step or len(results) == 1:
         for r in results:
