@@ -16,6 +16,7 @@ from libra.runtime.engines.base import TurnRequest, TurnResult
 from libra.runtime.protocol import ToolCall, parse_tool_call, tool_response_text
 from libra.runtime.tasks import Task, reward
 from libra.runtime.tools.base import ToolResult
+from libra.scheduling.base import TrajectoryObservation
 from libra.trace.records import Trajectory, Turn
 
 
@@ -78,11 +79,44 @@ class Episode:
         self.text += response_text
         self.turns.append(Turn(self._gen_tokens, self.pending_call.name, round(result.latency_s, 6), len(response_ids), result.outcome))  # type: ignore[arg-type]
         self.pending_call = None
-        n_calls = sum(1 for t in self.turns if t.tool is not None)
-        if n_calls >= self.max_tool_calls:
+        if self.calls_done >= self.max_tool_calls:
             self.finish = "tool_limit"
         elif len(self.context) >= self.max_context - 1:
             self.finish = "length"
+
+    @property
+    def calls_done(self) -> int:
+        """Tool calls that have returned."""
+        return sum(1 for t in self.turns if t.tool is not None)
+
+    @property
+    def call_ends_trajectory(self) -> bool:
+        """The pending call is the ``max_tool_calls``-th: it runs, then the trajectory ends
+        (``tool_limit``), so there is nothing to route (the simulator does not route a trailing
+        call either)."""
+        return self.pending_call is not None and self.calls_done + 1 >= self.max_tool_calls
+
+    def observation(self, index: int, instance: int | None, bucket: int | None, elapsed_s: float) -> TrajectoryObservation:
+        """What a real system knows about this trajectory now, in the simulator's semantics
+        (``sim/rollout.py``), so a router or a history model fitted on traces sees the same signal
+        here as in a replay:
+
+        * a call is starting (``pending_call`` set, routing at call start): ``at_call_start``,
+          ``turns_done`` counts the turn that ends with this call, ``last_tool`` is the tool being
+          called, ``last_outcome`` the PREVIOUS call's outcome (None before the first; this
+          call's is unknown until it returns), ``context_tokens`` the context before its output;
+        * otherwise (admission, finish): the completed turns, the last turn's tool and outcome
+          (None at admission and after a turn without a tool), the whole context.
+        """
+        last = self.turns[-1] if self.turns else None
+        calling = self.pending_call is not None
+        return TrajectoryObservation(
+            traj_id=self.traj_id, index=index, step=self.step, group=self.group, prompt_tokens=len(self.prompt_ids),
+            context_tokens=len(self.context), turns_done=len(self.turns) + (1 if calling else 0),
+            last_tool=self.pending_call.name if self.pending_call is not None else (last.tool if last else None),
+            last_outcome=last.outcome if last else None, elapsed_s=elapsed_s, instance=instance, bucket=bucket,
+            at_call_start=calling,
+        )
 
     @staticmethod
     def response_text(result: ToolResult) -> str:

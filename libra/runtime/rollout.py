@@ -3,8 +3,9 @@
 The driver holds every trajectory's tokens (``Episode``), so no trajectory lives only inside a
 worker: when an instance dies its trajectories are re-queued elsewhere and recompute their
 context there. Routing is the policy core's: ``admit`` places a new trajectory in a bucket,
-``on_tool_return`` decides after each tool call whether it stays or moves (C-MLFQ's
-``Route.migrate``), ``choose_instance`` picks an instance of the bucket from the loads the driver
+``on_tool_return`` decides at each tool call whether it stays or moves (C-MLFQ's
+``Route.migrate``; the observation is ``Episode.observation``, the simulator's semantics; the
+tool-limit call, after which the trajectory ends, is not routed), ``choose_instance`` picks an instance of the bucket from the loads the driver
 sees. Routing happens as a tool call starts (``TrajectoryObservation.at_call_start``, as in the
 simulator), so a move is carried out while the tool runs, by prefix recomputation: the destination
 computes the trajectory's context (``EngineActor.prefill``) and the source drops its KV; when
@@ -97,17 +98,10 @@ class Rollout:
     def _now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def _obs(self, ep: Episode, index: int, where: int | None, bucket: int | None, admitted: float,
-             calling: str | None = None) -> TrajectoryObservation:
-        """What a real system knows now. ``calling``: the tool whose call is starting (routing at
-        call start: ``last_outcome`` is then the previous call's outcome)."""
-        last = ep.turns[-1] if ep.turns else None
-        return TrajectoryObservation(
-            traj_id=ep.traj_id, index=index, step=ep.step, group=ep.group, prompt_tokens=len(ep.prompt_ids),
-            context_tokens=len(ep.context), turns_done=len(ep.turns), last_tool=calling if calling else (last.tool if last else None),
-            last_outcome=last.outcome if last else None, elapsed_s=self._now() - admitted, instance=where, bucket=bucket,
-            at_call_start=calling is not None,
-        )
+    def _obs(self, ep: Episode, index: int, where: int | None, bucket: int | None, admitted: float) -> TrajectoryObservation:
+        """What a real system knows now (``Episode.observation``: a pending call means routing
+        at its start, in the simulator's semantics)."""
+        return ep.observation(index, where, bucket, self._now() - admitted)
 
     def _loads(self, bucket: int) -> list[InstanceLoad]:
         live = [i for i in self.inst.values() if i.alive and not i.lent]
@@ -267,10 +261,12 @@ class Rollout:
                         continue
                     t = r.traj_id
                     tools[self.tools.call.remote(call.name, call.args)] = t
+                    if ep.call_ends_trajectory:
+                        continue  # the tool-limit call: the trajectory ends when it returns, nothing to route
                     # route as the call starts, so a move's context recomputation on the
                     # destination overlaps the tool call (as the simulator's KV migration does)
                     src = where[t]
-                    route = self.sched.on_tool_return(self._obs(ep, index[t], src, bucket_of[t], admitted[t], calling=call.name))
+                    route = self.sched.on_tool_return(self._obs(ep, index[t], src, bucket_of[t], admitted[t]))
                     bucket_of[t] = route.bucket
                     if route.bucket != inst.bucket:
                         dst = self._place(route.bucket)
