@@ -250,7 +250,7 @@ class Runner:
 
         from cost_models import CostEvaluator
         from libra.runtime.grpo import Sample, group_advantages
-        from libra.runtime.policyglue import make_policy, pin_plan
+        from libra.runtime.policyglue import make_policy, pin_plan, pool_summary
         from libra.runtime.recording import plot_steps, replay_fidelity, write_run_trace, write_steps_csv
         from libra.runtime.rollout import Rollout
         from libra.runtime.tiny_model import encode
@@ -268,6 +268,9 @@ class Runner:
         t_run = time.perf_counter()
         first = 0
         summary: dict[str, Any] = {}
+        # for the elastic pool's line: steps rolled out, of them with a pool, consultations, of
+        # them with training running, workers lent
+        pool_counts = [0, 0, 0, 0, 0]
         try:
             self._start_ray()
             self.log(f"Ray up: {ray.cluster_resources()}; sandbox network isolation: {self.isolation}")
@@ -289,6 +292,7 @@ class Runner:
                 kills = [(float(f.get("at_s", 1.0)), int(f.get("instance", 0))) for f in cfg.faults if f["kill"] == "rollout" and f["step"] == step]
                 ro = Rollout(plan, self.instances, self.tools, sched, decode, enc, ev=self.ev, pool=pool, max_batch=cfg.max_batch,
                              respawn=self._respawn, faults=kills).run(eps)
+                pool_counts = [a + b for a, b in zip(pool_counts, (1, pool is not None, ro.pool_consulted, ro.pool_consulted_training, len(ro.lent)))]
                 rewards = [e.reward for e in eps]
                 adv = group_advantages(rewards, [e.group for e in eps])
                 samples = [Sample(tuple(e.context), tuple(e.gen_mask), float(a)) for e, a in zip(eps, adv)]
@@ -306,8 +310,10 @@ class Runner:
                          f"sync {sync_s:.2f} s, {row['gen_tok_s']:.0f} gen tok/s, migrations {row['migrations']}, "
                          f"split {plan.n_rollout_gpus}:{plan.n_train_gpus} (TP {row['rollout_tps']})")
             plot_steps(self.out, self.rows)
+            self.log(pool_summary(*pool_counts))
             summary = {"steps": len(self.rows), "wall_s": time.perf_counter() - t_run, "rows": self.rows, "out": self.out,
-                       "engine": getattr(self, "engine_kind", None), "isolation": getattr(self, "isolation", None)}
+                       "engine": getattr(self, "engine_kind", None), "isolation": getattr(self, "isolation", None),
+                       "pool": dict(zip(("steps", "steps_with_pool", "consulted", "consulted_training", "lent"), pool_counts))}
         except Interrupted:
             self.log("interrupted: stopping cleanly")
             summary = {"interrupted": True, "steps": len(self.rows), "out": self.out}

@@ -57,3 +57,24 @@ def pin_plan(plan: Plan, split: tuple[int, int] | None, bounds: list[int] | None
 def plan_shape(plan: Plan) -> tuple[Any, ...]:
     """What the actors depend on: instances (id, tp, node), trainer size, colocation."""
     return (tuple((i.id, i.tp, i.node) for i in plan.instances), plan.n_train_gpus, plan.train.dp, plan.colocated)
+
+
+def pool_summary(steps: int, steps_with_pool: int, consulted: int, consulted_training: int, lent: int) -> str:
+    """The run's one line on the elastic pool: how often it was consulted, what it lent, and why
+    it lent nothing when it did not.
+
+    The pool lends an idle rollout instance only while training is running
+    (``PoolObservation.training_running``): a lent GPU must have an update to join. ``libra-run``'s
+    loop is synchronous (rollout, then training, then weight sync), so every consultation happens
+    with training stopped and the pool cannot lend; the line says so, from the counts, rather
+    than leave a ``lent`` column of zeros unexplained.
+    """
+    if steps_with_pool == 0:
+        return f"elastic pool: the policy has none in {steps} step(s); no worker lent"
+    head = f"elastic pool: consulted {consulted} times in {steps_with_pool} step(s), lent {lent} worker(s)"
+    if lent == 0 and consulted > 0 and consulted_training == 0:
+        return (head + ": it lends only while training runs, and libra-run's synchronous loop trains only after "
+                "rollout ends (no asynchronous trainer), so training was never running when it was consulted")
+    if lent == 0 and consulted == 0:
+        return head + ": no rollout event consulted it"
+    return head

@@ -62,6 +62,8 @@ class RolloutResult:
     tool_calls: int = 0
     tool_errors: int = 0
     tool_timeouts: int = 0
+    pool_consulted: int = 0  # times the elastic pool was asked (after rollout events)
+    pool_consulted_training: int = 0  # of those, with training running (never, in the sync loop)
 
 
 @dataclass
@@ -180,7 +182,11 @@ class Rollout:
             states = tuple(InstanceState(i.id, i.tp, i.node, len(i.inflight[1]) if i.inflight else 0, len(i.queue), i.idle_since)
                            for i in self.inst.values() if i.alive and not i.lent)
             waiting = len(tools) + sum(len(i.queue) for i in self.inst.values())
-            obs = PoolObservation(self._now(), 0.0, states, unfinished, waiting, False, self.plan.n_train_gpus)
+            # the synchronous loop trains only after this stage returns: training never runs now
+            training_running = False
+            obs = PoolObservation(self._now(), 0.0, states, unfinished, waiting, training_running, self.plan.n_train_gpus)
+            res.pool_consulted += 1
+            res.pool_consulted_training += training_running
             for ch in self.pool.on_rollout_progress(obs):
                 assert isinstance(ch, RoleChange)
                 inst = self.inst[ch.instance]
