@@ -22,7 +22,7 @@ t1=$(t)
 echo "ci_runtime: install of the run extra: $((t1 - t0)) s"
 "$VENV/bin/python" -c "import sys, libra, sim, cost_models, libra.runtime.cli; heavy=[m for m in ('torch','ray','vllm','deepspeed') if m in sys.modules]; assert not heavy, heavy"
 set +e
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/runtime
+"$VENV/bin/python" -m pytest -p no:cacheprovider tests/runtime
 rc=$?
 set -e
 t2=$(t)
@@ -49,7 +49,7 @@ if [ "${LIBRA_CI_VLLM:-1}" != "0" ]; then
     "$VLLM_VENV/bin/python" -c "import vllm" 2>&1 | tail -n 3
     exit 0
   fi
-  VLLM_CPU_KVCACHE_SPACE=1 "$VLLM_VENV/bin/python" -m pytest -q -p no:cacheprovider tests/runtime/test_run_e2e.py -k vllm
+  VLLM_CPU_KVCACHE_SPACE=1 "$VLLM_VENV/bin/python" -m pytest -p no:cacheprovider tests/runtime/test_run_e2e.py -k vllm
   t4=$(t)
   echo "ci_runtime: vLLM end-to-end test: $((t4 - t3)) s"
 fi
