@@ -60,8 +60,9 @@ def plan_shape(plan: Plan) -> tuple[Any, ...]:
 
 
 def pool_summary(steps: int, steps_with_pool: int, consulted: int, consulted_training: int, lent: int) -> str:
-    """The run's one line on the elastic pool: how often it was consulted, what it lent, and why
-    it lent nothing when it did not.
+    """The run's one line on the elastic pool: how often it was consulted (``steps_with_pool``:
+    steps whose policy had a pool; a colocated plan has none), what it lent, and why it lent
+    nothing when it did not.
 
     The pool lends an idle rollout instance only while training is running
     (``PoolObservation.training_running``): a lent GPU must have an update to join. ``libra-run``'s
@@ -71,7 +72,7 @@ def pool_summary(steps: int, steps_with_pool: int, consulted: int, consulted_tra
     """
     if steps_with_pool == 0:
         return f"elastic pool: the policy has none in {steps} step(s); no worker lent"
-    head = f"elastic pool: consulted {consulted} times in {steps_with_pool} step(s), lent {lent} worker(s)"
+    head = f"elastic pool: consulted {consulted} times in {steps_with_pool} of {steps} step(s), lent {lent} worker(s)"
     if lent == 0 and consulted > 0 and consulted_training == 0:
         return (head + ": it lends only while training runs, and libra-run's synchronous loop trains only after "
                 "rollout ends (no asynchronous trainer), so training was never running when it was consulted")
