@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument(flag, dest=key, default=None, type=float, help=help_)
         elif key in ("zero_stage",):
             p.add_argument(flag, dest=key, default=None, type=int, help=help_)
+        elif key in ("eval_temperature",):
+            p.add_argument(flag, dest=key, default=None, type=float, help=help_)
         else:
             p.add_argument(flag, dest=key, default=None, help=help_)
     return p
@@ -83,6 +85,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for f in summary.get("fidelity") or []:
         print(f"step {f['step']}: measured {f['measured_step_s']:.2f} s vs libra-sim replay {f['sim_step_s']:.2f} s "
               f"(rollout {f['measured_rollout_s']:.2f}/{f['sim_rollout_s']:.2f}, train {f['measured_train_s']:.2f}/{f['sim_train_s']:.2f})")
+    held = summary.get("heldout") or {}
+    if held.get("before") and held.get("after"):
+        b, a = held["before"], held["after"]
+        print(f"held-out tasks ({int(b['n'])} episodes, seed {held['seed']}, temperature {held['temperature']:g}): "
+              f"reward {b['reward']:.3f} -> {a['reward']:.3f}, tool use {b['used_tool']:.0%} -> {a['used_tool']:.0%}, "
+              f"well-formed calls {b['well_formed_calls']:.0%} -> {a['well_formed_calls']:.0%}")
     if summary.get("out"):
         print(f"outputs in {summary['out']}")
 

@@ -50,6 +50,10 @@ KEYS: dict[str, tuple[Any, str]] = {
     "faults": ([], "fault injection: [{kill: rollout, step: S, at_s: T, instance: I}, {kill: trainer, step: S}]"),
     "threads": (1, "torch threads per worker"),
     "vllm_kv_gib": (1, "vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE, GiB)"),
+    "eval_tasks": (96, "held-out tasks the starting and the final weights are evaluated on (0: no evaluation)"),
+    "eval_seed": (999, "seed of the held-out tasks (the run's own tasks use 'seed')"),
+    "eval_samples": (1, "episodes per held-out task"),
+    "eval_temperature": (None, "sampling temperature of the held-out evaluation (default: 'temperature'; 0: greedy)"),
 }
 
 
@@ -94,6 +98,10 @@ class RunConfig:
     faults: list[dict[str, Any]] = field(default_factory=list)
     threads: int = 1
     vllm_kv_gib: int = 1
+    eval_tasks: int = 96
+    eval_seed: int = 999
+    eval_samples: int = 1
+    eval_temperature: float | None = None
 
     @property
     def per_node(self) -> int:
@@ -132,6 +140,12 @@ def _check(cfg: RunConfig, src: str) -> RunConfig:
         v = getattr(cfg, k)
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise bad(k, f"must be an integer >= 1, got {v!r}")
+    if not isinstance(cfg.eval_tasks, int) or isinstance(cfg.eval_tasks, bool) or cfg.eval_tasks < 0:
+        raise bad("eval_tasks", f"must be an integer >= 0, got {cfg.eval_tasks!r}")
+    if not isinstance(cfg.eval_samples, int) or isinstance(cfg.eval_samples, bool) or cfg.eval_samples < 1:
+        raise bad("eval_samples", f"must be an integer >= 1, got {cfg.eval_samples!r}")
+    if cfg.eval_temperature is not None and not (isinstance(cfg.eval_temperature, (int, float)) and cfg.eval_temperature >= 0):
+        raise bad("eval_temperature", f"must be a number >= 0, got {cfg.eval_temperature!r}")
     if cfg.group_size < 2:
         raise bad("group_size", "GRPO needs at least 2 samples per prompt")
     if cfg.devices < 2:
@@ -184,6 +198,8 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None) -> Ru
     cfg = RunConfig(**{k: v for k, v in merged.items() if k in names})
     if isinstance(cfg.lr, int):
         cfg.lr = float(cfg.lr)
+    if isinstance(cfg.eval_temperature, int) and not isinstance(cfg.eval_temperature, bool):
+        cfg.eval_temperature = float(cfg.eval_temperature)
     if cfg.out:
         cfg.out = os.path.expanduser(cfg.out)
     return _check(cfg, src)

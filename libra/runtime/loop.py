@@ -268,10 +268,16 @@ class Runner:
         t_run = time.perf_counter()
         first = 0
         summary: dict[str, Any] = {}
+        final_state: Any = None
         # for the elastic pool's line: steps rolled out, of them with a pool, consultations, of
         # them with training running, workers lent
         pool_counts = [0, 0, 0, 0, 0]
+        heldout: dict[str, Any] = {}
         try:
+            # the starting weights (the model folder's, also on --resume: before any RL), before
+            # Ray takes the CPUs
+            if cfg.eval_tasks:
+                heldout["before"] = self._heldout("starting weights", None)
             self._start_ray()
             self.log(f"Ray up: {ray.cluster_resources()}; sandbox network isolation: {self.isolation}")
             if cfg.resume:
@@ -309,6 +315,7 @@ class Runner:
                 self.log(f"step {step}: reward {row['reward_mean']:.3f}, rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s, "
                          f"sync {sync_s:.2f} s, {row['gen_tok_s']:.0f} gen tok/s, migrations {row['migrations']}, "
                          f"split {plan.n_rollout_gpus}:{plan.n_train_gpus} (TP {row['rollout_tps']})")
+            final_state = ray.get(self.weights_ref) if (cfg.eval_tasks and self.rows and self.weights_ref is not None) else None
             plot_steps(self.out, self.rows)
             self.log(pool_summary(*pool_counts))
             summary = {"steps": len(self.rows), "wall_s": time.perf_counter() - t_run, "rows": self.rows, "out": self.out,
@@ -325,6 +332,15 @@ class Runner:
                     ray.shutdown()
                 for s, h in old.items():
                     signal.signal(s, h)
+        if heldout and not summary.get("interrupted") and final_state is not None:
+            heldout["after"] = self._heldout(f"weights after step {self.rows[-1]['step']}", final_state)
+        if heldout:
+            heldout.update(tasks=cfg.eval_tasks, samples=cfg.eval_samples, seed=cfg.eval_seed, temperature=self._eval_temperature())
+            summary["heldout"] = heldout
+            import json
+
+            with open(os.path.join(self.out, "heldout.json"), "w", encoding="utf-8") as f:
+                json.dump(heldout, f, indent=1)
         if cfg.replay and self.rows and not summary.get("interrupted"):
             try:
                 fid = replay_fidelity(self.out, os.path.join(self.out, "trace.jsonl"), self.rows, cfg.devices, cfg.per_node, cfg.gpu_name,
@@ -334,6 +350,23 @@ class Runner:
                 self.log(f"replay comparison failed: {exc}")
                 summary["fidelity_error"] = str(exc)
         return summary
+
+    def _eval_temperature(self) -> float:
+        t = self.cfg.eval_temperature
+        return float(self.cfg.temperature if t is None else t)
+
+    def _heldout(self, label: str, state: Any) -> dict[str, float]:
+        """The held-out evaluation (``heldout``) of ``state`` (None: the model folder's weights)."""
+        from libra.runtime.heldout import heldout_eval
+
+        cfg = self.cfg
+        res = heldout_eval(self.model_dir, state, cfg.eval_tasks, cfg.eval_seed, cfg.tasks, self._eval_temperature(), cfg.max_new_tokens,
+                           cfg.max_tool_calls, cfg.max_context, {"timeout_s": cfg.tool_timeout_s, "memory_mb": cfg.tool_memory_mb,
+                                                                 "max_output_bytes": cfg.tool_output_bytes},
+                           samples=cfg.eval_samples, threads=max(1, min(cfg.devices, os.cpu_count() or 1)))
+        self.log(f"held-out eval of the {label} ({int(res['n'])} episodes, seed {cfg.eval_seed}): reward {res['reward']:.3f}, "
+                 f"tool use {res['used_tool']:.0%}, well-formed calls {res['well_formed_calls']:.0%} ({res['eval_s']:.1f} s)")
+        return res
 
     def _resume_records(self) -> int:
         """Steps already done (from the trainer's checkpoint) and their trace/metrics."""

@@ -20,7 +20,7 @@ import pytest
 
 from runtime_markers import needs_deepspeed, needs_ray, needs_vllm
 
-SMALL = dict(steps=2, prompts_per_step=3, group_size=4, max_new_tokens=40, replay=True)
+SMALL = dict(steps=2, prompts_per_step=3, group_size=4, max_new_tokens=40, replay=True, eval_tasks=0)
 
 
 def _run(tmp_path, **kw):
@@ -40,8 +40,11 @@ def _rows(path: str) -> list[dict[str, str]]:
 def test_torch_engine_and_trainer_record_and_replay(tmp_path) -> None:
     from libra.trace.reader import read_trajectories
 
-    s = _run(tmp_path, engine="torch", trainer="torch", devices=3, policy="verl-static-uniform")
+    s = _run(tmp_path, engine="torch", trainer="torch", devices=3, policy="verl-static-uniform", eval_tasks=4, eval_temperature=0)
     out = s["out"]
+    held = s["heldout"]  # the starting and final weights on the same held-out tasks
+    assert held["before"]["n"] == held["after"]["n"] == 4 and held["temperature"] == 0.0
+    assert os.path.isfile(os.path.join(out, "heldout.json"))
     trajs = read_trajectories(os.path.join(out, "trace.jsonl"))
     assert len(trajs) == 2 * 3 * 4 and {t.step for t in trajs} == {0, 1}
     calls = [t for tr in trajs for t in tr.turns if t.tool]
