@@ -2,18 +2,63 @@
 
 It keeps each trajectory's KV cache (a transformers ``DynamicCache``) across its tool calls, like
 vLLM's prefix cache does, so a trajectory that stays on its instance pays only for the tool's
-return tokens, and one that moves recomputes its context on the destination. Sequences are
-decoded one at a time (no continuous batching): that is what keeps this engine small; vLLM is
-the batched engine.
+return tokens, and one that moves recomputes its context on the destination.
+
+The requests of one ``generate`` call are decoded together, as a batched engine would: each
+request's new context suffix is prefilled on its own cache, then the caches are left-padded into
+one batch cache and a single forward per decode step advances every still-running sequence
+(padding masked out, explicit per-sequence positions). A sequence that finishes leaves the batch
+at once with its exact cache (pads stripped), so the next turn's prefix reuse works as if it had
+been decoded alone. No continuous batching across calls: a call's batch only shrinks (vLLM is
+the engine that admits new sequences mid-flight).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from libra.runtime.engines.base import TurnRequest, TurnResult
 from libra.runtime.protocol import STOP_STRINGS
+
+
+def _kv_layers(cache: Any) -> list[tuple[Any, Any]]:
+    """Per-layer (keys, values) of a ``DynamicCache``, ``[batch, kv_heads, seq, head_dim]`` each.
+
+    transformers >= 4.56 keeps them in ``cache.layers``; older releases in ``key_cache`` /
+    ``value_cache`` lists. Reading both keeps the engine working across the versions the run
+    extra allows."""
+    if hasattr(cache, "layers"):
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache))
+
+
+def _cache_from(kv: list[tuple[Any, Any]]) -> Any:
+    """A fresh ``DynamicCache`` holding ``kv`` (through ``update``, the API every version has)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (k, v) in enumerate(kv):
+        cache.update(k, v, i)
+    return cache
+
+
+@dataclass
+class _Seq:
+    """One request's decoding state inside a batch."""
+
+    req: TurnRequest
+    gen: Any  # the request's own torch.Generator: its samples do not depend on the batch
+    past: Any  # its DynamicCache while outside the batch (before it joins, after it leaves)
+    logits: Any  # logits after its last fed token
+    budget: int
+    computed: int
+    cached: int
+    prefill_s: float
+    out: list[int] = field(default_factory=list)
+    lps: list[float] = field(default_factory=list)
+    finish: str = ""
 
 
 class TorchEngine:
@@ -93,41 +138,90 @@ class TorchEngine:
         return computed, time.perf_counter() - t0
 
     def generate(self, requests: list[TurnRequest]) -> list[TurnResult]:
-        return [self._one(r) for r in requests]
+        """One turn for every request, decoded as one batch.
 
-    def _one(self, r: TurnRequest) -> TurnResult:
+        A trajectory has at most one turn in flight, so a call normally names each ``traj_id``
+        once; should one repeat, the repeat goes into a later batch so that it sees the cache its
+        earlier turn left (what one-at-a-time decoding did)."""
+        results: list[TurnResult] = []
+        batch: list[TurnRequest] = []
+        for r in requests:
+            if any(b.traj_id == r.traj_id for b in batch):
+                results += self._generate_batch(batch)
+                batch = []
+            batch.append(r)
+        if batch:
+            results += self._generate_batch(batch)
+        return results
+
+    def _generate_batch(self, requests: list[TurnRequest]) -> list[TurnResult]:
+        """Prefill each request's new suffix on its own cache (``prefill_s`` is its own time), then
+        decode all together (``decode_s`` is the batched loop's wall time, the same for all)."""
         torch = self.torch
-        t0 = time.perf_counter()
-        ctx = list(r.context)
-        gen = torch.Generator(device="cpu").manual_seed(int(r.seed) & 0x7FFFFFFFFFFFFFFF)
-        out: list[int] = []
-        lps: list[float] = []
-        finish = "length"
+        seqs: list[_Seq] = []
         with torch.inference_mode():
-            logits, past, computed, cached = self._context_state(r.traj_id, ctx)
+            for r in requests:
+                t0 = time.perf_counter()
+                logits, past, computed, cached = self._context_state(r.traj_id, list(r.context))
+                gen = torch.Generator(device="cpu").manual_seed(int(r.seed) & 0x7FFFFFFFFFFFFFFF)
+                budget = max(0, min(r.max_new_tokens, self.max_context - len(r.context)))
+                seqs.append(_Seq(r, gen, past, logits, budget, computed, cached, time.perf_counter() - t0))
             t1 = time.perf_counter()
-            fed = list(ctx)
-            budget = min(r.max_new_tokens, self.max_context - len(ctx))
-            for i in range(max(budget, 0)):
-                logp = torch.log_softmax(logits / max(r.temperature, 1e-5), dim=-1).cpu()
-                if r.temperature <= 0:
-                    tok = int(torch.argmax(logp))
-                else:
-                    tok = int(torch.multinomial(logp.exp(), 1, generator=gen))
-                out.append(tok)
-                lps.append(float(logp[tok]))
-                if tok in self.stop_ids:
-                    finish = "stop"
-                    break
-                if i + 1 < budget:
-                    logits, past = self._forward([tok], past)
-                    fed.append(tok)
-        # the cache holds the KV of what was fed: the context and every generated token but the
-        # last (which is fed at the trajectory's next turn), with the logits after it
-        self._cache[r.traj_id] = (fed, past, logits)
+            self._decode([s for s in seqs if s.budget > 0])
+        for s in seqs:
+            # the cache holds the KV of what was fed: the context and every generated token but
+            # the last (which is fed at the trajectory's next turn), with the logits after it
+            fed = list(s.req.context) + s.out[:-1]
+            self._cache[s.req.traj_id] = (fed, s.past, s.logits)
         self._evict()
-        t2 = time.perf_counter()
-        return TurnResult(r.traj_id, tuple(out), tuple(lps), finish, computed, cached, t1 - t0, t2 - t1)
+        decode_s = time.perf_counter() - t1
+        return [TurnResult(s.req.traj_id, tuple(s.out), tuple(s.lps), s.finish or "length", s.computed, s.cached, s.prefill_s, decode_s)
+                for s in seqs]
+
+    def _decode(self, seqs: list[_Seq]) -> None:
+        """The batched decode loop: sample every active sequence from its logits, let finished
+        ones leave the batch (with their exact caches), feed the others' tokens in one forward."""
+        if not seqs:
+            return
+        torch = self.torch
+        active = list(seqs)
+        logits = torch.stack([s.logits for s in active])  # [B, vocab]
+        batch: _BatchCache | None = None  # built once the first tokens are sampled
+        while active:
+            temps = torch.tensor([max(s.req.temperature, 1e-5) for s in active], device=logits.device)
+            logp = torch.log_softmax(logits / temps[:, None], dim=-1).cpu()
+            keep: list[int] = []
+            feed: list[int] = []
+            for row, s in enumerate(active):
+                lp = logp[row]
+                if s.req.temperature <= 0:
+                    tok = int(torch.argmax(lp))
+                else:
+                    tok = int(torch.multinomial(lp.exp(), 1, generator=s.gen))
+                s.out.append(tok)
+                s.lps.append(float(lp[tok]))
+                if tok in self.stop_ids:
+                    s.finish = "stop"
+                elif len(s.out) >= s.budget:
+                    s.finish = "length"
+                else:
+                    keep.append(row)
+                    feed.append(tok)
+                    continue
+                s.logits = logits[row].clone()
+                if batch is not None:
+                    s.past = batch.take(row)
+            if not keep:
+                return
+            if batch is None:
+                batch = _BatchCache(torch, [active[i].past for i in keep], self.device)
+                for i in keep:
+                    active[i].past = None  # the batch holds it now
+            elif len(keep) < len(active):
+                batch.select(keep)
+            active = [active[i] for i in keep]
+            logits = batch.step(self.model, self._cache_kw, feed)
+
 
     def load_state_dict(self, state: dict[str, Any]) -> float:
         t0 = time.perf_counter()
@@ -138,3 +232,49 @@ class TorchEngine:
             raise RuntimeError(f"weight sync: missing {bad[:3]}, unexpected {list(unexpected)[:3]}")
         self._cache.clear()  # KV computed by the old policy is stale
         return time.perf_counter() - t0
+
+
+class _BatchCache:
+    """Sequences' KV caches left-padded into one batch cache, with the attention mask (0 on pads)
+    and each sequence's next position, so one forward advances them all as if each were alone."""
+
+    def __init__(self, torch: Any, caches: list[Any], device: Any) -> None:
+        self.torch = torch
+        per_seq = [_kv_layers(c) for c in caches]
+        lens = [kv[0][0].shape[-2] for kv in per_seq]
+        width = max(lens)
+        self.pad = [width - n for n in lens]
+        pad = torch.nn.functional.pad
+        kv = []
+        for layer in range(len(per_seq[0])):
+            ks = [pad(seq[layer][0], (0, 0, p, 0)) for seq, p in zip(per_seq, self.pad)]
+            vs = [pad(seq[layer][1], (0, 0, p, 0)) for seq, p in zip(per_seq, self.pad)]
+            kv.append((torch.cat(ks), torch.cat(vs)))
+        self.cache = _cache_from(kv)
+        self.mask = torch.tensor([[0] * p + [1] * n for p, n in zip(self.pad, lens)], dtype=torch.long, device=device)
+        self.pos = torch.tensor(lens, dtype=torch.long, device=device)
+
+    def step(self, model: Any, cache_kw: str, tokens: list[int]) -> Any:
+        """Feed one token per sequence; returns the logits after it, ``[B, vocab]`` float."""
+        torch = self.torch
+        x = torch.tensor(tokens, dtype=torch.long, device=self.mask.device)[:, None]
+        self.mask = torch.cat([self.mask, torch.ones_like(self.mask[:, :1])], dim=1)
+        out = model(input_ids=x, attention_mask=self.mask, position_ids=self.pos[:, None], **{cache_kw: self.cache}, use_cache=True)
+        self.cache = getattr(out, cache_kw)
+        self.pos = self.pos + 1
+        return out.logits[:, -1].float()
+
+    def take(self, row: int) -> Any:
+        """Row ``row``'s own cache: its columns without the left pads, copied out of the batch."""
+        p = self.pad[row]
+        return _cache_from([(k[row:row + 1, :, p:].clone(), v[row:row + 1, :, p:].clone()) for k, v in _kv_layers(self.cache)])
+
+    def select(self, rows: list[int]) -> None:
+        """Keep only ``rows``, and cut the leading columns that are now padding for all of them."""
+        torch = self.torch
+        cut = min(self.pad[r] for r in rows)
+        idx = torch.tensor(rows, dtype=torch.long, device=self.mask.device)
+        self.cache = _cache_from([(k[idx, :, cut:], v[idx, :, cut:]) for k, v in _kv_layers(self.cache)])
+        self.mask = self.mask[idx, cut:]
+        self.pos = self.pos[idx]
+        self.pad = [self.pad[r] - cut for r in rows]
