@@ -85,3 +85,42 @@ def grpo_loss(logp: Any, old_logp: Any, mask: Any, adv: Any, clip: float = 0.2, 
     with torch.no_grad():
         clipped = (((ratio - 1).abs() > clip).float() * mask).sum() / n
     return loss, {"loss": loss.item(), "clip_frac": clipped.item(), "kl": kl.item(), "ratio_mean": ((ratio * mask).sum() / n).item()}
+
+
+def gen_tokens(sample: Sample) -> int:
+    """Generated tokens of ``sample`` that the loss counts (``collate``'s loss mask: targets)."""
+    return int(sum(sample.gen_mask[1:]))
+
+
+def minibatch_loss(policy: Any, behaviour: Any, ref: Any, batch: tuple[Any, Any, Any, Any], clip: float,
+                   kl_coef: float) -> tuple[Any, dict[str, float], int, float]:
+    """The GRPO token-mean loss of one collated batch, with old log-probs from ``behaviour`` (the
+    frozen step-start policy) and reference log-probs from ``ref`` (None: no KL term).
+
+    Shared by the trainer and by lent helpers so both compute the same function of the same
+    weights. Returns ``(loss, stats, generated_tokens, logprob_seconds)``."""
+    import time
+
+    import torch
+
+    ids, attn, mask, adv = batch
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        old = token_logprobs(behaviour, ids, attn)
+        r = token_logprobs(ref, ids, attn) if ref is not None and kl_coef > 0 else None
+    t_fwd = time.perf_counter() - t0
+    logp = token_logprobs(policy, ids, attn)
+    loss, st = grpo_loss(logp, old, mask, adv, clip, r, kl_coef)
+    return loss, st, int(mask.sum()), t_fwd
+
+
+def merge_stats(parts: Sequence[tuple[dict[str, float], int]]) -> dict[str, float]:
+    """Token-weighted mean of per-shard loss statistics: the statistics of the whole mini-batch's
+    token-mean loss (each shard's are means over its own generated tokens)."""
+    total = sum(n for _, n in parts)
+    if not parts:
+        return {}
+    keys = parts[0][0].keys()
+    if total <= 0:
+        return {k: float(np.mean([s[k] for s, _ in parts])) for k in keys}
+    return {k: float(sum(s[k] * n for s, n in parts) / total) for k in keys}

@@ -9,6 +9,15 @@ fused Adam.
 A step: the old policy's log-probs are computed first (no grad, the weights that generated the
 rollout), then ``mini_batches`` optimizer steps over this worker's shard, each with the clipped
 GRPO loss (``grpo``), optionally with a KL penalty to the frozen initial model.
+
+Streaming (``begin_step``, ``train_minibatch`` per mini-batch as its GRPO groups complete,
+``end_step``): the mini-batches arrive while the rollout still runs, after earlier optimizer
+steps, so their old log-probs cannot be computed up front; ``begin_step`` freezes a copy of the
+step-start weights (the behaviour policy, which generated the whole rollout) and every
+mini-batch's old log-probs come from it: the same meaning as ``train_step``. A mini-batch may
+carry ``HelperShard``s (``helper``): gradients of sub-shards computed by lent rollout instances,
+added to the trainer's own weighted by generated tokens before clipping and the one optimizer
+step (torch backend).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from libra.runtime.grpo import Sample, collate, grpo_loss, token_logprobs
+from libra.runtime.grpo import Sample, collate, grpo_loss, minibatch_loss, token_logprobs
 
 BACKENDS: tuple[str, ...] = ("torch", "deepspeed")
 
@@ -55,6 +64,8 @@ class Learner:
         self.rank, self.world = rank, world
         self.clip, self.kl_coef, self.mini_batches, self.max_grad_norm = clip, kl_coef, mini_batches, max_grad_norm
         self.device = torch.device(device)
+        self.model_dir = model_dir
+        self.behaviour: Any = None  # frozen step-start policy for streamed mini-batches (begin_step)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(self.device)
         self.pad_id = int(model.config.pad_token_id or 0)
         self.ref = None
@@ -125,6 +136,97 @@ class Learner:
         self.step_done += 1
         stats.update(train_s=time.perf_counter() - t0, logprob_s=t_fwd, tokens=float(tokens), samples=float(len(samples)), rank=float(self.rank))
         return stats
+
+    # ---- streaming: one mini-batch at a time -------------------------------------------------
+    def begin_step(self) -> float:
+        """Freeze the step-start weights as the behaviour policy for this step's old log-probs
+        (a collective under ZeRO-3: every rank calls it). Returns seconds."""
+        torch = self.torch
+        from transformers import AutoModelForCausalLM
+
+        t0 = time.perf_counter()
+        state = self.state_dict()
+        if self.behaviour is None:
+            self.behaviour = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(self.device).eval()
+            for p in self.behaviour.parameters():
+                p.requires_grad_(False)
+        self.behaviour.load_state_dict(state)
+        return time.perf_counter() - t0
+
+    def train_minibatch(self, samples: Sequence[Sample], helpers: Sequence[Any] = (), scale: float = 1.0,
+                        die: bool = False) -> dict[str, float]:
+        """One optimizer step on a streamed mini-batch: this worker's ``samples`` plus, on the
+        torch backend, the ``helpers``' sub-shards (``HelperShard``). The gradient is the GRPO
+        token-mean loss's over all of them; a helper whose result cannot be fetched (it died) is
+        recomputed here. ``scale`` multiplies the loss (DeepSpeed: ``world * tokens_rank /
+        tokens_minibatch``, so DeepSpeed's rank average is the mini-batch's token mean).
+        ``die``: fault injection, exit after the optimizer step."""
+        from libra.runtime.grpo import merge_stats
+        from libra.runtime.helper import accumulate_shard_grad
+
+        torch = self.torch
+        if self.behaviour is None:
+            raise RuntimeError("train_minibatch before begin_step: no behaviour policy for the old log-probs")
+        if helpers and self.engine is not None:
+            raise ValueError("gradient helpers need the torch trainer backend")
+        t0 = time.perf_counter()
+        helper_samples = recomputed = 0
+        if self.engine is not None:
+            batch = tuple(x.to(self.device) for x in collate(list(samples), self.pad_id))
+            loss, st, n, t_fwd = minibatch_loss(self.engine, self.behaviour, self.ref, batch, self.clip, self.kl_coef)  # type: ignore[arg-type]
+            self.engine.backward(loss * scale)
+            self.engine.step()
+            tokens = int(batch[1].sum())
+        else:
+            self.opt.zero_grad(set_to_none=True)
+            params = list(self.model.parameters())
+            if not helpers:  # exactly train_step's arithmetic (no token re-weighting needed)
+                batch = tuple(x.to(self.device) for x in collate(list(samples), self.pad_id))
+                loss, st, n, t_fwd = minibatch_loss(self.model, self.behaviour, self.ref, batch, self.clip, self.kl_coef)  # type: ignore[arg-type]
+                loss.backward()
+                n = 1  # the gradient is already the token mean
+            else:
+                st, n, t_fwd = accumulate_shard_grad(self.model, self.behaviour, self.ref, samples, self.pad_id, self.device, self.clip,
+                                                     self.kl_coef)
+            parts = [(st, n)]
+            tokens = sum(len(s.ids) for s in samples)
+            for h in helpers:
+                try:
+                    g = h.fetch()
+                    if len(g.grads) != len(params):
+                        raise ValueError(f"helper sent {len(g.grads)} gradients for {len(params)} parameters")
+                    for p, gr in zip(params, g.grads):
+                        if gr is None:
+                            continue
+                        gr = gr.to(p.device)
+                        p.grad = gr.clone() if p.grad is None else p.grad.add_(gr)
+                    parts.append((g.stats, g.tokens))
+                    helper_samples += len(h.samples)
+                except Exception:  # the helper is gone (or sent garbage): this worker computes its share
+                    hs, hn, hf = accumulate_shard_grad(self.model, self.behaviour, self.ref, h.samples, self.pad_id, self.device, self.clip,
+                                                       self.kl_coef)
+                    parts.append((hs, hn))
+                    t_fwd += hf
+                    recomputed += len(h.samples)
+                tokens += sum(len(s.ids) for s in h.samples)
+            total = max(1, sum(k for _, k in parts))
+            for p in params:
+                if p.grad is not None:
+                    p.grad.div_(total)
+            torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
+            self.opt.step()
+            st = merge_stats(parts)
+        if die:
+            os._exit(1)
+        st = dict(st)
+        st.update(train_s=time.perf_counter() - t0, logprob_s=t_fwd, tokens=float(tokens), samples=float(len(samples)),
+                  helper_samples=float(helper_samples), recomputed=float(recomputed), rank=float(self.rank))
+        return st
+
+    def end_step(self) -> int:
+        """The streamed step's last mini-batch is done: count the step (checkpoint names)."""
+        self.step_done += 1
+        return self.step_done
 
     # ---- weights and checkpoints ---------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
