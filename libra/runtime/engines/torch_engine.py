@@ -4,10 +4,10 @@ It keeps each trajectory's KV cache (a transformers ``DynamicCache``) across its
 vLLM's prefix cache does, so a trajectory that stays on its instance pays only for the tool's
 return tokens, and one that moves recomputes its context on the destination.
 
-The requests of one ``generate`` call are decoded together, as a batched engine would: each
-request's new context suffix is prefilled on its own cache, then the caches are left-padded into
-one batch cache and a single forward per decode step advances every still-running sequence
-(padding masked out, explicit per-sequence positions). A sequence that finishes leaves the batch
+The requests of one ``generate`` call are decoded together, as a batched engine would: their
+new context suffixes are prefilled in one forward on their own (left-padded) caches, then the
+caches are left-padded into one batch cache and a single forward per decode step advances every
+still-running sequence (padding masked out, explicit per-sequence positions). A sequence that finishes leaves the batch
 at once with its exact cache (pads stripped), so the next turn's prefix reuse works as if it had
 been decoded alone. No continuous batching across calls: a call's batch only shrinks (vLLM is
 the engine that admits new sequences mid-flight).
@@ -113,19 +113,25 @@ class TorchEngine:
         out = self.model(input_ids=x, **{self._cache_kw: past}, use_cache=True)
         return out.logits[0, -1].float(), getattr(out, self._cache_kw)
 
-    def _context_state(self, traj_id: str, context: list[int]) -> tuple[Any, Any, int, int]:
-        """(last logits, cache, tokens computed now, tokens reused) with ``context`` fed."""
+    def _reusable(self, traj_id: str, context: list[int]) -> tuple[Any, Any, int]:
+        """(cache, logits after it, tokens it holds) of the trajectory's kept KV when what it fed
+        is a prefix of ``context`` (the exact check that makes reuse safe), else (None, None, 0).
+        The entry is taken out of the store: the caller puts back what it computes."""
         hit = self._cache.pop(traj_id, None)
         if hit is not None:
             fed, past, logits = hit
             n = len(fed)
             if n <= len(context) and context[:n] == fed:
-                if n == len(context):
-                    return logits, past, 0, n
-                logits, past = self._forward(context[n:], past)
-                return logits, past, len(context) - n, n
-        logits, past = self._forward(context, None)
-        return logits, past, len(context), 0
+                return past, logits, n
+        return None, None, 0
+
+    def _context_state(self, traj_id: str, context: list[int]) -> tuple[Any, Any, int, int]:
+        """(last logits, cache, tokens computed now, tokens reused) with ``context`` fed."""
+        past, logits, n = self._reusable(traj_id, context)
+        if n == len(context):
+            return logits, past, 0, n
+        logits, past = self._forward(context[n:], past)
+        return logits, past, len(context) - n, n
 
     # ---- engine API --------------------------------------------------------------------------
     def prefill(self, traj_id: str, context: tuple[int, ...]) -> tuple[int, float]:
@@ -155,18 +161,35 @@ class TorchEngine:
         return results
 
     def _generate_batch(self, requests: list[TurnRequest]) -> list[TurnResult]:
-        """Prefill each request's new suffix on its own cache (``prefill_s`` is its own time), then
-        decode all together (``decode_s`` is the batched loop's wall time, the same for all)."""
+        """Prefill the requests' new suffixes in one forward, then decode all together.
+        ``prefill_s`` is the request's share of the prefill forward (by tokens computed) and
+        ``decode_s`` the batched loop's wall time, the same for every request: what a batched
+        engine experiences, so summing ``prefill_s`` (not ``decode_s``) over a batch is its time."""
         torch = self.torch
         seqs: list[_Seq] = []
         with torch.inference_mode():
+            t0 = time.perf_counter()
+            todo: list[tuple[_Seq, list[int]]] = []
             for r in requests:
-                t0 = time.perf_counter()
-                logits, past, computed, cached = self._context_state(r.traj_id, list(r.context))
+                ctx = list(r.context)
+                past, logits, n = self._reusable(r.traj_id, ctx)
                 gen = torch.Generator(device="cpu").manual_seed(int(r.seed) & 0x7FFFFFFFFFFFFFFF)
-                budget = max(0, min(r.max_new_tokens, self.max_context - len(r.context)))
-                seqs.append(_Seq(r, gen, past, logits, budget, computed, cached, time.perf_counter() - t0))
+                budget = max(0, min(r.max_new_tokens, self.max_context - len(ctx)))
+                s = _Seq(r, gen, past, logits, budget, len(ctx) - n, n, 0.0)
+                seqs.append(s)
+                if s.computed:
+                    todo.append((s, ctx[n:]))
+            if len(todo) == 1:
+                s, suffix = todo[0]
+                s.logits, s.past = self._forward(suffix, s.past)
+            elif todo:
+                done = self._prefill_batch([(s.past, suffix) for s, suffix in todo])
+                for (s, _), (logits, past) in zip(todo, done):
+                    s.logits, s.past = logits, past
             t1 = time.perf_counter()
+            total = sum(s.computed for s in seqs)
+            for s in seqs:
+                s.prefill_s = (t1 - t0) * (s.computed / total if total else 1.0 / len(seqs))
             self._decode([s for s in seqs if s.budget > 0])
         for s in seqs:
             # the cache holds the KV of what was fed: the context and every generated token but
@@ -177,6 +200,48 @@ class TorchEngine:
         decode_s = time.perf_counter() - t1
         return [TurnResult(s.req.traj_id, tuple(s.out), tuple(s.lps), s.finish or "length", s.computed, s.cached, s.prefill_s, decode_s)
                 for s in seqs]
+
+    def _prefill_batch(self, items: list[tuple[Any, list[int]]]) -> list[tuple[Any, Any]]:
+        """Feed each ``(cache or None, suffix)`` its suffix in one forward; returns each one's
+        (logits after its last token, its own cache).
+
+        The caches are left-padded to a common width and the suffixes right-padded, so every
+        sequence is contiguous and ends its real part in its own column; pads are masked out of
+        the attention (and no query row is fully masked: a pad query sees its own real tokens,
+        which keeps softmax finite). Each sequence's cache is then cut back out of the batch."""
+        torch = self.torch
+        from transformers import DynamicCache
+
+        pasts = [_kv_layers(p) if p is not None else None for p, _ in items]
+        lens = [kv[0][0].shape[-2] if kv else 0 for kv in pasts]
+        width, q = max(lens), max(len(x) for _, x in items)
+        pad = torch.nn.functional.pad
+        if width:
+            ref = next(kv for kv in pasts if kv)
+            kv_batch = []
+            for layer, (k0, v0) in enumerate(ref):
+                ks, vs = [], []
+                for kv, n in zip(pasts, lens):
+                    k, v = kv[layer] if kv else (k0[:, :, :0], v0[:, :, :0])
+                    ks.append(pad(k, (0, 0, width - n, 0)))
+                    vs.append(pad(v, (0, 0, width - n, 0)))
+                kv_batch.append((torch.cat(ks), torch.cat(vs)))
+            cache = _cache_from(kv_batch)
+        else:
+            cache = DynamicCache()
+        ids = [x + [0] * (q - len(x)) for _, x in items]
+        mask = [[0] * (width - n) + [1] * (n + len(x)) + [0] * (q - len(x)) for n, (_, x) in zip(lens, items)]
+        pos = [list(range(n, n + q)) for n in lens]
+        dev = self.device
+        out = self.model(input_ids=torch.tensor(ids, dtype=torch.long, device=dev), attention_mask=torch.tensor(mask, dtype=torch.long, device=dev),
+                         position_ids=torch.tensor(pos, dtype=torch.long, device=dev), **{self._cache_kw: cache}, use_cache=True)
+        layers = _kv_layers(getattr(out, self._cache_kw))
+        res = []
+        for row, (n, (_, x)) in enumerate(zip(lens, items)):
+            lo, hi = width - n, width + len(x)
+            own = _cache_from([(k[row:row + 1, :, lo:hi].clone(), v[row:row + 1, :, lo:hi].clone()) for k, v in layers])
+            res.append((out.logits[row, len(x) - 1].float().clone(), own))
+        return res
 
     def _decode(self, seqs: list[_Seq]) -> None:
         """The batched decode loop: sample every active sequence from its logits, let finished
