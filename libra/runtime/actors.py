@@ -54,6 +54,7 @@ class EngineActor:
 
         self.instance = instance
         self.engine = make_engine(kind, model_dir, **opts)
+        self.helper: Any = None  # a GradHelper while lent to training
 
     def generate(self, requests: list[Any]) -> list[Any]:
         from dataclasses import replace
@@ -71,6 +72,34 @@ class EngineActor:
 
     def cached_tokens(self) -> int:
         return self.engine.cached_tokens()
+
+    # ---- lent to training (the elastic pool): a gradient helper (``helper``) -----------------
+    def join_training(self, opts: dict[str, Any], behaviour: dict[str, Any] | None) -> float:
+        """Build the trainable copy of the policy and load the step-start behaviour weights
+        (None: the model folder's, which the trainer started from). Runs while training goes
+        on (the driver never waits for it); returns seconds."""
+        import time
+
+        from libra.runtime.helper import GradHelper
+
+        t0 = time.perf_counter()
+        self.helper = GradHelper(**opts)
+        self.helper.load(None, behaviour)
+        return time.perf_counter() - t0
+
+    def helper_load(self, current: dict[str, Any], version: int) -> float:
+        """Load the trainer's current weights (``version``: its optimizer steps this step)."""
+        return self.helper.load(current, None, version)
+
+    def helper_grad(self, samples: list[Any], current: dict[str, Any] | None = None, version: int = 0) -> Any:
+        """A ``GradShard`` of ``samples`` (loading ``current`` first when the trainer moved on)."""
+        if current is not None:
+            self.helper.load(current, None, version)
+        return self.helper.grad(samples)
+
+    def leave_training(self) -> None:
+        """Back to rollout: free the trainable copy (the engine's weights are synced next)."""
+        self.helper = None
 
     def pid(self) -> int:
         return os.getpid()
@@ -101,6 +130,15 @@ class TrainWorker:
 
     def train_step(self, samples: list[Any], die_after: int | None = None) -> dict[str, float]:
         return self.learner.train_step(samples, die_after)
+
+    def begin_step(self) -> float:
+        return self.learner.begin_step()
+
+    def train_minibatch(self, samples: list[Any], helpers: list[Any] | None = None, scale: float = 1.0, die: bool = False) -> dict[str, float]:
+        return self.learner.train_minibatch(samples, helpers or (), scale, die)
+
+    def end_step(self) -> int:
+        return self.learner.end_step()
 
     def state_dict(self) -> dict[str, Any]:
         return self.learner.state_dict()

@@ -40,6 +40,11 @@ KEYS: dict[str, tuple[Any, str]] = {
     "clip": (0.2, "GRPO/PPO ratio clip"),
     "kl_coef": (0.0, "KL penalty to the initial model (0: no reference model)"),
     "mini_batches": (2, "optimizer steps per RL step"),
+    "streaming": (True, "train each mini-batch as soon as its GRPO groups have finished, while the rollout tail runs (on-policy; "
+                        "ignored for colocated plans)"),
+    "pool_grace_s": (None, "elastic pool: seconds an instance must have been idle before it is lent (default: the pool's, 1.0)"),
+    "pool_min_tail_s": (None, "elastic pool: least remaining rollout it assumes while trajectories are unfinished (default: the pool's, 0)"),
+    "pool_payoff_factor": (None, "elastic pool: lend only if remaining rollout > factor x role-change round trip (default: the pool's, 1.0)"),
     "tool_timeout_s": (5.0, "python tool wall-clock limit"),
     "tool_memory_mb": (512, "python tool address-space limit"),
     "tool_output_bytes": (512, "python tool output cap (more: error, truncated)"),
@@ -88,6 +93,10 @@ class RunConfig:
     clip: float = 0.2
     kl_coef: float = 0.0
     mini_batches: int = 2
+    streaming: bool = True
+    pool_grace_s: float | None = None
+    pool_min_tail_s: float | None = None
+    pool_payoff_factor: float | None = None
     tool_timeout_s: float = 5.0
     tool_memory_mb: int = 512
     tool_output_bytes: int = 512
@@ -146,6 +155,12 @@ def _check(cfg: RunConfig, src: str) -> RunConfig:
         raise bad("eval_samples", f"must be an integer >= 1, got {cfg.eval_samples!r}")
     if cfg.eval_temperature is not None and not (isinstance(cfg.eval_temperature, (int, float)) and cfg.eval_temperature >= 0):
         raise bad("eval_temperature", f"must be a number >= 0, got {cfg.eval_temperature!r}")
+    if not isinstance(cfg.streaming, bool):
+        raise bad("streaming", f"must be true or false, got {cfg.streaming!r}")
+    for k in ("pool_grace_s", "pool_min_tail_s", "pool_payoff_factor"):
+        v = getattr(cfg, k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
+            raise bad(k, f"must be a number >= 0, got {v!r}")
     if cfg.group_size < 2:
         raise bad("group_size", "GRPO needs at least 2 samples per prompt")
     if cfg.devices < 2:
@@ -198,6 +213,15 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None) -> Ru
     cfg = RunConfig(**{k: v for k, v in merged.items() if k in names})
     if isinstance(cfg.lr, int):
         cfg.lr = float(cfg.lr)
+    for k in ("pool_grace_s", "pool_min_tail_s", "pool_payoff_factor"):  # a CLI flag arrives as text
+        v = getattr(cfg, k)
+        if isinstance(v, str):
+            try:
+                setattr(cfg, k, float(v))
+            except ValueError:
+                raise UserError(f"config {src}: key '{k}': must be a number >= 0, got {v!r}") from None
+        elif isinstance(v, int) and not isinstance(v, bool):
+            setattr(cfg, k, float(v))
     if isinstance(cfg.eval_temperature, int) and not isinstance(cfg.eval_temperature, bool):
         cfg.eval_temperature = float(cfg.eval_temperature)
     if cfg.out:

@@ -5,6 +5,12 @@ Synchronous on-policy GRPO. Before each step the policy core plans the split of 
 plan's shape changes; the rollout is routed by the policy's scheduler (``rollout``); the trainer
 workers update on the step's trajectories; the new weights go to every rollout instance.
 
+With ``streaming`` (the default; not for colocated plans, which time-share devices) the update
+runs inside the rollout stage: each mini-batch trains as soon as its GRPO groups have finished
+(``streaming``), still on-policy (the engines keep the step's weights until the sync after the
+last mini-batch). Training is then running while the rollout drains, so the elastic pool can
+lend idle instances, which join as gradient helpers (torch trainer; ``helper``).
+
 Faults: a rollout worker that dies mid-step is replaced and its trajectories continue elsewhere
 (``rollout``); a trainer worker that dies is replaced by a fresh group that resumes from the last
 checkpoint and redoes the step's update; SIGINT/SIGTERM stop the run cleanly (engines shut down,
@@ -223,6 +229,61 @@ class Runner:
                 self._place(plan, from_checkpoint_only=True)
         raise RuntimeError(f"training of step {step} failed 3 times")
 
+    def _tune_pool(self, pool: Any) -> Any:
+        """Apply the run's ``pool_*`` keys to the step's elastic pool (None keeps its defaults)."""
+        if pool is not None:
+            for attr, v in (("grace_s", self.cfg.pool_grace_s), ("min_tail_s", self.cfg.pool_min_tail_s),
+                            ("payoff_factor", self.cfg.pool_payoff_factor)):
+                if v is not None and hasattr(pool, attr):
+                    setattr(pool, attr, float(v))
+        return pool
+
+    def _streamer(self, n_traj: int, step: int) -> Any:
+        """The step's ``StreamingTrainer``: lending (gradient helpers) on the torch backend only."""
+        from libra.runtime.streaming import StreamingTrainer, group_samples
+
+        cfg = self.cfg
+        if cfg.trainer == "torch":
+            opts: dict[str, Any] | None = {"model_dir": self.model_dir, "device": cfg.device, "clip": cfg.clip, "kl_coef": cfg.kl_coef}
+            reason = ""
+        else:
+            opts = None
+            reason = ("the deepspeed trainer streams but takes no helpers: a lent worker would have to join its ZeRO process group, "
+                      "a synchronous re-shard of the optimizer state")
+            if not getattr(self, "_said_no_lend", False):
+                self.log(f"elastic pool: {reason}; role changes are declined")
+                self._said_no_lend = True
+        die = any(f["kill"] == "trainer" and f["step"] == step for f in cfg.faults)
+        return StreamingTrainer(self.trainers, n_traj, cfg.mini_batches, group_samples, helper_opts=opts, no_lend_reason=reason,
+                                behaviour=self.weights_ref, die_first=die, log=self.log)
+
+    def _finish_streamed(self, plan: Plan, streamer: Any, rollout_end_s: float, step: int) -> tuple[dict[str, float], float, Any]:
+        """Train the streamed step's remaining mini-batches, then sync the weights. A trainer
+        worker that died brings the group back from the last checkpoint and the step's update is
+        redone on the same mini-batches (driver-held samples). Returns (stats, sync_s, result)."""
+        from libra.runtime.streaming import StreamingTrainer, group_samples
+
+        sr = streamer.finish(rollout_end_s)
+        if sr.failed:
+            for attempt in range(2):
+                self.trainer_restarts += 1
+                self.log(f"a trainer worker died during step {step}; restarting the group from the last checkpoint and redoing the update")
+                self.shape = None
+                self._place(plan, from_checkpoint_only=True)
+                redo = StreamingTrainer(self.trainers, 0, 1, group_samples, log=self.log).redo(sr.batches)
+                if not redo.failed:
+                    break
+            else:
+                raise RuntimeError(f"training of step {step} failed 3 times")
+            # the update that counts ran after the rollout: no overlap; lending figures stay
+            sr.stats, sr.train_s, sr.overlap_s, sr.logprob_s = redo.stats, redo.train_s, 0.0, redo.logprob_s
+        else:
+            for iid in sr.dead_helpers:  # a lent instance that died: a fresh engine for the next step
+                inst = self.instances.get(iid)
+                if inst is not None:
+                    inst.handle = self._respawn(inst)
+        return sr.stats, self._sync_weights(), sr
+
     def _episodes(self, step: int) -> list[Any]:
         from libra.runtime.episode import Episode
         from libra.runtime.protocol import prompt_text
@@ -272,6 +333,8 @@ class Runner:
         # for the elastic pool's line: steps rolled out, of them with a pool, consultations, of
         # them with training running, workers lent
         pool_counts = [0, 0, 0, 0, 0]
+        declined = 0  # role changes the trainer could not take (deepspeed: no helpers)
+        streamed_any = False
         heldout: dict[str, Any] = {}
         try:
             # the starting weights (the model folder's, also on --resume: before any RL), before
@@ -294,33 +357,43 @@ class Runner:
                 plan_s = time.perf_counter() - t0
                 setup_s = self._place(plan)
                 sched = policy.scheduler(plan)
-                pool = policy.pool(plan)
+                pool = self._tune_pool(policy.pool(plan))
                 kills = [(float(f.get("at_s", 1.0)), int(f.get("instance", 0))) for f in cfg.faults if f["kill"] == "rollout" and f["step"] == step]
+                streamer = self._streamer(len(eps), step) if cfg.streaming and not plan.colocated else None
                 ro = Rollout(plan, self.instances, self.tools, sched, decode, enc, ev=self.ev, pool=pool, max_batch=cfg.max_batch,
-                             respawn=self._respawn, faults=kills).run(eps)
+                             respawn=self._respawn, faults=kills, training=streamer).run(eps)
                 pool_counts = [a + b for a, b in zip(pool_counts, (1, pool is not None, ro.pool_consulted, ro.pool_consulted_training, len(ro.lent)))]
+                declined += ro.lend_declined
                 rewards = [e.reward for e in eps]
-                adv = group_advantages(rewards, [e.group for e in eps])
-                samples = [Sample(tuple(e.context), tuple(e.gen_mask), float(a)) for e, a in zip(eps, adv)]
-                tr, sync_s = self._train(plan, samples, step)
+                stream = None
+                if streamer is not None:
+                    streamed_any = True
+                    tr, sync_s, stream = self._finish_streamed(plan, streamer, ro.makespan_s, step)
+                else:
+                    adv = group_advantages(rewards, [e.group for e in eps])
+                    samples = [Sample(tuple(e.context), tuple(e.gen_mask), float(a)) for e, a in zip(eps, adv)]
+                    tr, sync_s = self._train(plan, samples, step)
                 ck_s = self._checkpoint() if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 else 0.0
                 trajs = [e.to_trajectory() for e in eps]
                 self.trajectories += trajs
                 self.history.append(StepArrays.from_trajectories(step, trajs))
                 step_s = time.perf_counter() - t_step
-                row = self._row(step, plan, eps, ro, tr, plan_s, setup_s, sync_s, ck_s, step_s, rewards)
+                row = self._row(step, plan, eps, ro, tr, plan_s, setup_s, sync_s, ck_s, step_s, rewards, stream)
                 self.rows.append(row)
                 write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories, self.model_cfg, cfg.gpu_name, cfg.devices, cfg.policy)
                 write_steps_csv(os.path.join(self.out, "steps.csv"), self.rows)
-                self.log(f"step {step}: reward {row['reward_mean']:.3f}, rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s, "
-                         f"sync {sync_s:.2f} s, {row['gen_tok_s']:.0f} gen tok/s, migrations {row['migrations']}, "
+                lend = f", lent {row['lent']} (helper samples {row['helper_samples']})" if stream is not None else ""
+                self.log(f"step {step}: reward {row['reward_mean']:.3f}, rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s "
+                         f"({row['train_overlap_s']:.1f} s overlapping rollout), sync {sync_s:.2f} s, step {step_s:.1f} s, "
+                         f"{row['gen_tok_s']:.0f} gen tok/s, migrations {row['migrations']}{lend}, "
                          f"split {plan.n_rollout_gpus}:{plan.n_train_gpus} (TP {row['rollout_tps']})")
             final_state = ray.get(self.weights_ref) if (cfg.eval_tasks and self.rows and self.weights_ref is not None) else None
             plot_steps(self.out, self.rows)
-            self.log(pool_summary(*pool_counts))
+            self.log(pool_summary(*pool_counts, streaming=streamed_any, declined=declined))
             summary = {"steps": len(self.rows), "wall_s": time.perf_counter() - t_run, "rows": self.rows, "out": self.out,
                        "engine": getattr(self, "engine_kind", None), "isolation": getattr(self, "isolation", None),
-                       "pool": dict(zip(("steps", "steps_with_pool", "consulted", "consulted_training", "lent"), pool_counts))}
+                       "pool": {**dict(zip(("steps", "steps_with_pool", "consulted", "consulted_training", "lent"), pool_counts)),
+                                "declined": declined, "streaming": streamed_any}}
         except Interrupted:
             self.log("interrupted: stopping cleanly")
             summary = {"interrupted": True, "steps": len(self.rows), "out": self.out}
@@ -343,8 +416,10 @@ class Runner:
                 json.dump(heldout, f, indent=1)
         if cfg.replay and self.rows and not summary.get("interrupted"):
             try:
+                streamed = any(float(r.get("streaming") or 0) for r in self.rows)
                 fid = replay_fidelity(self.out, os.path.join(self.out, "trace.jsonl"), self.rows, cfg.devices, cfg.per_node, cfg.gpu_name,
-                                      self.model_cfg, cfg.policy, calibration=cfg.calibration)
+                                      self.model_cfg, cfg.policy, calibration=cfg.calibration, streaming=streamed,
+                                      mini_batches=cfg.mini_batches)
                 summary["fidelity"] = fid
             except Exception as exc:  # the run itself succeeded; say why the comparison did not
                 self.log(f"replay comparison failed: {exc}")
@@ -400,9 +475,12 @@ class Runner:
         return done
 
     def _row(self, step: int, plan: Plan, eps: list[Any], ro: Any, tr: dict[str, float], plan_s: float, setup_s: float, sync_s: float,
-             ck_s: float, step_s: float, rewards: list[float]) -> dict[str, Any]:
+             ck_s: float, step_s: float, rewards: list[float], stream: Any = None) -> dict[str, Any]:
         mig = ro.migrations
-        return {
+        streamed = {"streaming": 1 if stream is not None else 0, "train_overlap_s": stream.overlap_s if stream is not None else 0.0,
+                    "helper_samples": stream.helper_samples if stream is not None else 0,
+                    "join_s": stream.join_s if stream is not None else math.nan, "lend_declined": ro.lend_declined}
+        return {**streamed,
             "step": step, "policy": self.cfg.policy, "n_rollout": plan.n_rollout_gpus, "n_train": plan.n_train_gpus,
             "rollout_tps": "/".join(str(i.tp) for i in plan.instances), "train_dp": len(self.trainers),
             "zero_stage": (self.cfg.zero_stage or plan.train.zero_stage) if self.cfg.trainer == "deepspeed" else 0,

@@ -59,23 +59,34 @@ def plan_shape(plan: Plan) -> tuple[Any, ...]:
     return (tuple((i.id, i.tp, i.node) for i in plan.instances), plan.n_train_gpus, plan.train.dp, plan.colocated)
 
 
-def pool_summary(steps: int, steps_with_pool: int, consulted: int, consulted_training: int, lent: int) -> str:
+def pool_summary(steps: int, steps_with_pool: int, consulted: int, consulted_training: int, lent: int, streaming: bool = False,
+                 declined: int = 0) -> str:
     """The run's one line on the elastic pool: how often it was consulted (``steps_with_pool``:
-    steps whose policy had a pool; a colocated plan has none), what it lent, and why it lent
-    nothing when it did not.
+    steps whose policy had a pool; a colocated plan has none), of that how often with training
+    running, what it lent, and why it lent nothing when it did not.
 
     The pool lends an idle rollout instance only while training is running
-    (``PoolObservation.training_running``): a lent GPU must have an update to join. ``libra-run``'s
-    loop is synchronous (rollout, then training, then weight sync), so every consultation happens
-    with training stopped and the pool cannot lend; the line says so, from the counts, rather
-    than leave a ``lent`` column of zeros unexplained.
+    (``PoolObservation.training_running``): a lent device must have an update to join. Without
+    ``streaming`` the loop trains only after the rollout, so every consultation happens with
+    training stopped and the pool cannot lend; with it, training runs while the tail drains and
+    whether it lends is the pool's own rules (grace, last instance of a bucket, payoff against the
+    role-change round trip). ``declined``: role changes the trainer could not take (deepspeed).
+    The line says which, from the counts, rather than leave a ``lent`` column unexplained.
     """
     if steps_with_pool == 0:
         return f"elastic pool: the policy has none in {steps} step(s); no worker lent"
-    head = f"elastic pool: consulted {consulted} times in {steps_with_pool} of {steps} step(s), lent {lent} worker(s)"
+    head = (f"elastic pool: consulted {consulted} times in {steps_with_pool} of {steps} step(s) "
+            f"({consulted_training} with training running), lent {lent} worker(s)") if streaming else \
+        f"elastic pool: consulted {consulted} times in {steps_with_pool} of {steps} step(s), lent {lent} worker(s)"
+    if declined:
+        head += f", declined {declined} role change(s) (the trainer could not take helpers: deepspeed, or a trainer restart pending)"
     if lent == 0 and consulted > 0 and consulted_training == 0:
-        return (head + ": it lends only while training runs, and libra-run's synchronous loop trains only after "
-                "rollout ends (no asynchronous trainer), so training was never running when it was consulted")
+        if streaming:
+            return head + ": no streamed mini-batch was running when it was consulted"
+        return (head + ": it lends only while training runs, and with streaming off libra-run's synchronous loop trains only "
+                "after rollout ends, so training was never running when it was consulted")
     if lent == 0 and consulted == 0:
         return head + ": no rollout event consulted it"
+    if lent == 0 and declined == 0 and streaming:
+        return head + ": its rules (idle for grace_s, not a bucket's last instance, remaining rollout worth the role-change round trip) never held"
     return head

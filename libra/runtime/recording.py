@@ -19,7 +19,7 @@ STEP_FIELDS: tuple[str, ...] = (
     "used_tool", "tool_calls", "tool_errors", "tool_timeouts", "gen_tokens", "prefill_tokens", "cached_tokens", "trained_tokens",
     "plan_s", "rollout_s", "train_s", "logprob_s", "sync_s", "checkpoint_s", "setup_s", "step_s", "gen_tok_s", "train_tok_s",
     "migrations", "migration_tokens", "migration_s", "migration_pred_kv_s", "migration_pred_prefill_s", "moves_without_kv", "recovered",
-    "trainer_restarts", "lent", "loss", "clip_frac", "kl", "predicted_rollout_s", "predicted_train_s", "predicted_step_s",
+    "trainer_restarts", "streaming", "train_overlap_s", "lent", "lend_declined", "helper_samples", "join_s", "loss", "clip_frac", "kl", "predicted_rollout_s", "predicted_train_s", "predicted_step_s",
 )
 
 
@@ -82,7 +82,8 @@ def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], devices: int, per_node: int, gpu: str, model: str,
-                    policy: str, timeout_s: float = 600, calibration: str | None = None) -> list[dict[str, Any]]:
+                    policy: str, timeout_s: float = 600, calibration: str | None = None, streaming: bool = False,
+                    mini_batches: int = 1) -> list[dict[str, Any]]:
     """Replay ``trace`` with ``libra-sim replay`` on the same devices and policy (no noise) and
     write ``fidelity.csv``: measured and simulated rollout/train/step seconds per step.
 
@@ -90,11 +91,18 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
     simulator predicts with the same operator timings as the run's planner did; without it a
     replay on ``cpu`` would use the CPU roofline guess and the comparison would measure that.
 
+    ``streaming`` (the run trained mini-batches while its rollout drained) replays with
+    ``--streaming --mini-batches M``, so the simulated step overlaps the same way, and the measured
+    step is rollout + train - train_overlap_s + sync. The simulated step is the simulator's own
+    ``step_s`` when streaming (its training overlaps its rollout), else rollout + train + sync.
+
     Run as a subprocess: the simulator is its own program and the runtime does not import it.
     """
     rdir = os.path.join(out_dir, "replay")
     cmd = [sys.executable, "-m", "sim.cli", "replay", trace, "--gpus", str(devices), "--gpus-per-node", str(per_node), "--gpu", gpu,
-           "--model", model, "--policy", policy, "--noise", "0", "--out", rdir, "--mini-batches", "1"]
+           "--model", model, "--policy", policy, "--noise", "0", "--out", rdir]
+    # batch mode: one mini-batch (the simulator's update time does not depend on the count)
+    cmd += ["--streaming", "--mini-batches", str(max(1, mini_batches))] if streaming else ["--mini-batches", "1"]
     if calibration:
         cmd += ["--calibration", os.path.abspath(calibration)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
@@ -114,9 +122,13 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
                 return math.nan
 
         m_roll, m_train = f(r["rollout_s"]), f(r["train_s"])
-        m_step = m_roll + m_train + f(r["sync_s"])
+        streamed = streaming and f(r.get("streaming", 0)) == 1  # a colocated step does not stream (here or simulated)
+        overlap = f(r.get("train_overlap_s", 0.0)) if streamed else 0.0
+        m_step = m_roll + m_train - (overlap if overlap == overlap else 0.0) + f(r["sync_s"])
         s_roll, s_train, s_sync = f(s["rollout_makespan_s"]), f(s["train_s"]), f(s["sync_s"])
         s_step = s_roll + s_train + s_sync
+        if streamed:  # the simulated training overlapped its rollout: its critical path
+            s_step = s_roll + s_sync + max(0.0, f(s["train_start_s"]) + s_train - f(s["rollout_start_s"]) - s_roll)
         out.append({"step": r["step"], "measured_rollout_s": m_roll, "sim_rollout_s": s_roll, "measured_train_s": m_train,
                     "sim_train_s": s_train, "measured_sync_s": f(r["sync_s"]), "sim_sync_s": s_sync, "measured_step_s": m_step,
                     "sim_step_s": s_step, "step_ratio_sim_over_measured": s_step / m_step if m_step > 0 else math.nan,

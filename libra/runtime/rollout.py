@@ -14,6 +14,13 @@ measured time is recorded next to the cost evaluator's ``kv_migration_s`` predic
 
 Each instance runs at most one ``generate`` call at a time (a batch of up to ``max_batch``
 queued turns); tool calls run on the ``ToolActor`` meanwhile.
+
+Streaming training (``training``, a ``streaming.StreamingTrainer``): each GRPO group is handed
+over as its last trajectory finishes, the in-flight mini-batch's refs (and lent instances'
+background joins) are waited on with the engines' and the tools', so the elastic pool is
+consulted with ``training_running`` true while a mini-batch runs. A ``RoleChange`` for an idle
+instance lends it: it gets no rollout work for the rest of the step, its KV is dropped, and its
+actor joins training as a gradient helper (if the trainer takes helpers).
 """
 
 from __future__ import annotations
@@ -63,7 +70,8 @@ class RolloutResult:
     tool_errors: int = 0
     tool_timeouts: int = 0
     pool_consulted: int = 0  # times the elastic pool was asked (after rollout events)
-    pool_consulted_training: int = 0  # of those, with training running (never, in the sync loop)
+    pool_consulted_training: int = 0  # of those, with training running (streamed mini-batches)
+    lend_declined: int = 0  # role changes the trainer could not take (no helpers on its backend)
 
 
 @dataclass
@@ -89,11 +97,12 @@ class Rollout:
 
     def __init__(self, plan: Plan, instances: dict[int, Instance], tools: Any, scheduler: RolloutScheduler, decode: Callable[[list[int]], str],
                  encode: Callable[[str], list[int]], ev: Any = None, pool: Any = None, max_batch: int = 8,
-                 respawn: Callable[[Instance], Any] | None = None, faults: Sequence[tuple[float, int]] = ()) -> None:
+                 respawn: Callable[[Instance], Any] | None = None, faults: Sequence[tuple[float, int]] = (), training: Any = None) -> None:
         self.plan, self.inst, self.tools, self.sched = plan, instances, tools, scheduler
         self.decode, self.encode, self.ev, self.pool, self.max_batch = decode, encode, ev, pool, max_batch
         self.respawn = respawn
         self.faults = sorted(faults)  # (seconds into the stage, instance) to kill
+        self.training = training  # a StreamingTrainer (see the module docstring), or None
         self.t0 = 0.0
 
     # ---- observations ------------------------------------------------------------------------
@@ -129,6 +138,13 @@ class Rollout:
         where: dict[str, int] = {}
         bucket_of: dict[str, int] = {}
         res = RolloutResult(episodes, 0.0)
+        members: dict[str, list[Episode]] = {}
+        for e in episodes:
+            members.setdefault(e.group, []).append(e)
+        left_in_group = {g: len(m) for g, m in members.items()}
+        train = self.training
+        if train is not None:
+            train.start(self._now)
         for e in episodes:
             b = self.sched.admit(self._obs(e, index[e.traj_id], None, None, 0.0))
             i = self._place(b)
@@ -144,8 +160,11 @@ class Rollout:
             self.sched.on_finish(self._obs(ep, index[ep.traj_id], where.get(ep.traj_id), bucket_of.get(ep.traj_id), admitted[ep.traj_id]))
             inst = self.inst[where[ep.traj_id]]
             inst.resident.discard(ep.traj_id)
-            if inst.alive:
+            if inst.alive and not inst.lent:
                 inst.handle.drop.remote([ep.traj_id])
+            left_in_group[ep.group] -= 1
+            if train is not None and left_in_group[ep.group] == 0:
+                train.on_group_done(members[ep.group])
 
         def requeue_from(inst: Instance) -> None:
             lost = list(inst.queue) + (inst.inflight[1] if inst.inflight else [])
@@ -182,17 +201,23 @@ class Rollout:
             states = tuple(InstanceState(i.id, i.tp, i.node, len(i.inflight[1]) if i.inflight else 0, len(i.queue), i.idle_since)
                            for i in self.inst.values() if i.alive and not i.lent)
             waiting = len(tools) + sum(len(i.queue) for i in self.inst.values())
-            # the synchronous loop trains only after this stage returns: training never runs now
-            training_running = False
+            # without streaming the loop trains only after this stage returns: never running now
+            training_running = bool(train is not None and train.running)
             obs = PoolObservation(self._now(), 0.0, states, unfinished, waiting, training_running, self.plan.n_train_gpus)
             res.pool_consulted += 1
             res.pool_consulted_training += training_running
             for ch in self.pool.on_rollout_progress(obs):
                 assert isinstance(ch, RoleChange)
                 inst = self.inst[ch.instance]
-                if inst.queue or inst.inflight:
+                if inst.queue or inst.inflight or not inst.alive:
+                    continue
+                if train is None or not train.lend(inst.id, inst.handle):
+                    res.lend_declined += 1
                     continue
                 inst.lent = True
+                if inst.resident:  # its KV is of no use in training; a trajectory back from a tool moves on
+                    inst.handle.drop.remote(sorted(inst.resident))
+                    inst.resident.clear()
                 res.lent.append((self._now(), inst.id))
 
         dispatch()
@@ -212,8 +237,13 @@ class Rollout:
             if not pending:
                 dispatch()
                 continue
+            if train is not None:
+                pending += train.refs()
             ready, _ = ray.wait(pending, num_returns=1, timeout=0.05 if self.faults else None)
             for ref in ready:
+                if train is not None and train.owns(ref):
+                    train.on_ready(ref)  # a mini-batch or a join finished; the next may start
+                    continue
                 if ref in tools:
                     t = tools.pop(ref)
                     ep = self.eps[t]
