@@ -7,9 +7,10 @@ return tokens, and one that moves recomputes its context on the destination.
 The requests of one ``generate`` call are decoded together, as a batched engine would: their
 new context suffixes are prefilled in one forward on their own (left-padded) caches, then the
 caches are left-padded into one batch cache and a single forward per decode step advances every
-still-running sequence (padding masked out, explicit per-sequence positions). A sequence that finishes leaves the batch
-at once with its exact cache (pads stripped), so the next turn's prefix reuse works as if it had
-been decoded alone. No continuous batching across calls: a call's batch only shrinks (vLLM is
+still-running sequence (padding masked out, explicit per-sequence positions, each request
+sampled with its own seeded generator). A sequence that finishes leaves the batch at once with
+its exact cache (pads stripped), so the next turn's prefix reuse works as if it had been decoded
+alone. No continuous batching across calls: a call's batch only shrinks (vLLM is
 the engine that admits new sequences mid-flight).
 """
 
