@@ -111,7 +111,7 @@ class TorchEngine:
         if past is None:
             past = DynamicCache()
         x = torch.tensor([ids], dtype=torch.long, device=self.device)
-        out = self.model(input_ids=x, **{self._cache_kw: past}, use_cache=True)
+        out = self.model(input_ids=x, **{self._cache_kw: past}, use_cache=True, logits_to_keep=1)
         return out.logits[0, -1].float(), getattr(out, self._cache_kw)
 
     def _reusable(self, traj_id: str, context: list[int]) -> tuple[Any, Any, int]:
@@ -234,14 +234,19 @@ class TorchEngine:
         mask = [[0] * (width - n) + [1] * (n + len(x)) + [0] * (q - len(x)) for n, (_, x) in zip(lens, items)]
         pos = [list(range(n, n + q)) for n in lens]
         dev = self.device
+        # logits only at each row's last real position (a real model's vocabulary makes the
+        # full [B, q, vocab] tensor gigabytes for long prompts)
+        last = sorted({len(x) - 1 for _, x in items})
+        col = {p: j for j, p in enumerate(last)}
         out = self.model(input_ids=torch.tensor(ids, dtype=torch.long, device=dev), attention_mask=torch.tensor(mask, dtype=torch.long, device=dev),
-                         position_ids=torch.tensor(pos, dtype=torch.long, device=dev), **{self._cache_kw: cache}, use_cache=True)
+                         position_ids=torch.tensor(pos, dtype=torch.long, device=dev), **{self._cache_kw: cache}, use_cache=True,
+                         logits_to_keep=torch.tensor(last, dtype=torch.long, device=dev))
         layers = _kv_layers(getattr(out, self._cache_kw))
         res = []
         for row, (n, (_, x)) in enumerate(zip(lens, items)):
             lo, hi = width - n, width + len(x)
             own = _cache_from([(k[row:row + 1, :, lo:hi].clone(), v[row:row + 1, :, lo:hi].clone()) for k, v in layers])
-            res.append((out.logits[row, len(x) - 1].float().clone(), own))
+            res.append((out.logits[row, col[len(x) - 1]].float().clone(), own))
         return res
 
     def _decode(self, seqs: list[_Seq]) -> None:
