@@ -76,6 +76,10 @@ def test_deepspeed_zero2_migration_and_faults(tmp_path) -> None:
     assert all(float(r["migration_s"]) > 0 and float(r["migration_pred_kv_s"]) > 0 for r in mig)
     assert int(rows[1]["recovered"]) >= 1, "the killed rollout worker's trajectories continue elsewhere"
     assert int(rows[2]["trainer_restarts"]) == 1
+    # split 2:2 is not colocated: every step streamed, so the trainer kill hit a streamed update
+    # (restart from the checkpoint, the same mini-batches redone after the rollout)
+    assert all(r["streaming"] == "1" for r in rows) and float(rows[2]["train_overlap_s"]) == 0.0
+    assert int(rows[2]["lent"]) == 0  # libra-cmlfq has no elastic pool
     assert all(int(r["trajectories"]) == 12 for r in rows), "no trajectory lost"
     from libra.trace.reader import read_trajectories
 
