@@ -119,3 +119,22 @@ def test_tool_time_tail_is_kept_next_to_the_length_tail() -> None:
     assert st.tail_decode_tokens.shape[0] == 2
     assert st.tail_tool_s.max() >= 30.0
     assert st.tail_context == int(step.total_tokens.max())
+
+
+def test_prior_is_capped_by_a_known_context_limit_and_plans_for_it() -> None:
+    """A run with a 512-token context limit is not planned from 8K-token SWE-like trajectories:
+    the prior is scaled into the limit, and the planner uses the cluster's ``max_context``."""
+    from libra.cluster import ClusterSpec
+    from libra.planner.search import Planner
+
+    full, capped = default_prior_step(128), default_prior_step(128, cap=512)
+    assert int(full.total_tokens.max()) > 4096
+    assert int(capped.total_tokens.max()) <= 512 and np.median(capped.total_tokens) <= 512 / 4
+    assert capped.n == 128 and (capped.gen_tokens >= 1).all()
+    assert np.array_equal(default_prior_step(128, cap=None).total_tokens, full.total_tokens)  # no cap: unchanged
+    st = compute_stats([], np.full(64, 40), prior_cap=512)
+    assert st.from_prior
+    big = Planner(ClusterSpec(8, "h100", "qwen3-8b", 8)).search([], np.full(64, 40)).stats
+    small = Planner(ClusterSpec(8, "h100", "qwen3-8b", 8, max_context=512)).search([], np.full(64, 40)).stats
+    assert small.n_trajectories == big.n_trajectories and small.from_prior
+    assert small.digest != big.digest

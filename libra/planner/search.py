@@ -186,7 +186,7 @@ class Planner:
     # ---- the search ----------------------------------------------------------------------------
     def search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None = None) -> SearchResult:
         """Run the hierarchical search; raises UserError when nothing fits (saying what would)."""
-        stats = compute_stats(history, prompt_tokens, window=self.options.window)
+        stats = compute_stats(history, prompt_tokens, window=self.options.window, prior_cap=self.cluster.max_context)
         dp = self.rollout_dp(stats)
         hits0, miss0 = dp.hits, dp.misses
         tokens, seq, seq_max = self.train_shape(stats)
@@ -364,7 +364,7 @@ class Replanner:
     def plan(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None) -> Plan:
         """The plan for the next step: the current one, or a new search (see the class doc)."""
         if self.current is not None and self.policy == "drift" and self._stats is not None:
-            stats = compute_stats(history, prompt_tokens, window=self.planner.options.window)
+            stats = compute_stats(history, prompt_tokens, window=self.planner.options.window, prior_cap=self.planner.cluster.max_context)
             if stats.n_trajectories == self._stats.n_trajectories and stats.drift(self._stats) <= self.threshold:
                 return replace(self.current, notes={**self.current.notes, "replanned": False})
         res = self.planner.search(history, prompt_tokens, self.current)

@@ -139,15 +139,17 @@ def compute_stats(
     prompt_tokens: np.ndarray | None,
     window: int = DEFAULT_WINDOW,
     edges: np.ndarray | None = None,
+    prior_cap: int | None = None,
 ) -> WorkloadStats:
     """Digest the last ``window`` steps of ``history`` for an upcoming step with ``prompt_tokens``.
 
     Empty history falls back to ``default_prior_step`` (flagged ``from_prior``). Per-cell arrays
     are per-trajectory means times the upcoming trajectory count, so they predict the next step's
-    totals; the upcoming prompts replace the history's prompt prefill.
+    totals; the upcoming prompts replace the history's prompt prefill. ``prior_cap``: a hard
+    context limit the prior's trajectories are capped at (``ClusterSpec.max_context``).
     """
     from_prior = not history
-    steps = list(history[-window:]) if history else [default_prior_step(len(prompt_tokens) if prompt_tokens is not None else 256)]
+    steps = list(history[-window:]) if history else [default_prior_step(len(prompt_tokens) if prompt_tokens is not None else 256, cap=prior_cap)]
     n_next = int(len(prompt_tokens)) if prompt_tokens is not None and len(prompt_tokens) else int(np.mean([s.n for s in steps]))
     finals = np.concatenate([s.total_tokens for s in steps]).astype(np.int64)
     if edges is None:
@@ -274,20 +276,29 @@ PRIOR_CAP_TOKENS = 65536
 PRIOR_PROMPT_TOKENS = 1024
 
 
-def default_prior_step(n: int = 256, seed: int = 0) -> StepArrays:
-    """A synthetic step drawn from the documented length prior (seeded, deterministic)."""
+def default_prior_step(n: int = 256, seed: int = 0, cap: int | None = None) -> StepArrays:
+    """A synthetic step drawn from the documented length prior (seeded, deterministic).
+
+    ``cap``: a hard context limit of the workload (a run's ``max_context``) below the prior's own
+    cap. The whole prior is then scaled by ``cap / PRIOR_CAP_TOKENS`` (lengths, prompt, tokens per
+    tool call: the same shape, nothing above ``cap``), so a small-context run is not planned as an
+    SWE-agent run of 8K-token trajectories."""
     rng = np.random.default_rng(seed)
-    finals = np.minimum(np.exp(np.log(PRIOR_MEDIAN_TOKENS) + PRIOR_SIGMA * rng.standard_normal(n)), PRIOR_CAP_TOKENS)
+    scale = min(1.0, cap / PRIOR_CAP_TOKENS) if cap is not None and cap > 0 else 1.0
+    top = PRIOR_CAP_TOKENS * scale
+    prompt = max(1, int(PRIOR_PROMPT_TOKENS * scale))
+    per_call = max(1.0, 1200 * scale)
+    finals = np.minimum(np.exp(np.log(PRIOR_MEDIAN_TOKENS * scale) + PRIOR_SIGMA * rng.standard_normal(n)), top)
     trajs = []
     for i, f in enumerate(finals):
-        body = max(int(f) - PRIOR_PROMPT_TOKENS, 64)
-        turns_n = max(1, int(round(body / 1200)))
+        body = max(int(f) - prompt, max(1, int(64 * scale)))
+        turns_n = max(1, int(round(body / per_call)))
         per = body // turns_n
         turns = []
         for k in range(turns_n):
             last = k == turns_n - 1
-            gen = per if last else int(per * 0.6)
+            gen = per if last else max(1, int(per * 0.6))
             turns.append(Turn(gen_tokens=gen, tool=None if last else "tool", tool_latency_s=None if last else 2.0,
-                              tool_tokens=0 if last else per - gen, outcome=None if last else "ok"))
-        trajs.append(Trajectory(id=f"prior-{i}", step=0, prompt_tokens=PRIOR_PROMPT_TOKENS, turns=tuple(turns)))
+                              tool_tokens=0 if last else max(0, per - gen), outcome=None if last else "ok"))
+        trajs.append(Trajectory(id=f"prior-{i}", step=0, prompt_tokens=prompt, turns=tuple(turns)))
     return StepArrays.from_trajectories(0, trajs)

@@ -58,7 +58,8 @@ class Runner:
         self.out = os.path.abspath(cfg.out)
         os.makedirs(self.out, exist_ok=True)
         self.ckpt = os.path.join(self.out, "ckpt")
-        self.cluster = ClusterSpec(cfg.devices, cfg.gpu_name, self.model_cfg, cfg.per_node)
+        # the run's context cap is a hard limit: the first step's length prior is scaled into it
+        self.cluster = ClusterSpec(cfg.devices, cfg.gpu_name, self.model_cfg, cfg.per_node, max_context=cfg.max_context)
         self.use_gpu = cfg.device == "cuda"
         self.engines: dict[int, Any] = {}
         self.instances: dict[int, Any] = {}
