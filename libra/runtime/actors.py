@@ -57,9 +57,15 @@ class EngineActor:
         self.helper: Any = None  # a GradHelper while lent to training
 
     def generate(self, requests: list[Any]) -> list[Any]:
+        """One engine call; every result carries the call's wall time in ``extra["call_s"]``
+        (the engine's busy time: a batched engine's per-request times overlap)."""
+        import time
         from dataclasses import replace
 
-        return [replace(r, instance=self.instance) for r in self.engine.generate(requests)]
+        t0 = time.perf_counter()
+        outs = self.engine.generate(requests)
+        call_s = time.perf_counter() - t0
+        return [replace(r, instance=self.instance, extra={**r.extra, "call_s": call_s}) for r in outs]
 
     def prefill(self, traj_id: str, context: tuple[int, ...]) -> tuple[int, float]:
         return self.engine.prefill(traj_id, context)

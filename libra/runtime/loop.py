@@ -491,6 +491,8 @@ class Runner:
             "prefill_tokens": ro.prefill_tokens, "cached_tokens": ro.cached_tokens, "trained_tokens": int(tr.get("tokens", 0) * len(self.trainers)),
             "plan_s": plan_s, "rollout_s": ro.makespan_s, "train_s": tr["train_s"], "logprob_s": tr["logprob_s"], "sync_s": sync_s,
             "checkpoint_s": ck_s, "setup_s": setup_s, "step_s": step_s, "gen_tok_s": ro.gen_tokens / max(ro.makespan_s, 1e-9),
+            "engine_busy_s": sum(ro.engine_busy_s.values()),
+            "engine_util": sum(ro.engine_busy_s.values()) / max(ro.makespan_s * max(len(plan.instances), 1), 1e-9),
             "train_tok_s": tr.get("tokens", 0) * len(self.trainers) / max(tr["train_s"], 1e-9), "migrations": len(mig), "migration_tokens": sum(m.tokens for m in mig),
             "migration_s": sum(m.measured_s for m in mig), "migration_pred_kv_s": sum(m.predicted_kv_s for m in mig),
             "migration_pred_prefill_s": sum(m.predicted_prefill_s for m in mig), "moves_without_kv": ro.moves_without_kv,

@@ -17,7 +17,7 @@ from libra.trace.writer import write_trace
 STEP_FIELDS: tuple[str, ...] = (
     "step", "policy", "n_rollout", "n_train", "rollout_tps", "train_dp", "zero_stage", "trajectories", "reward_mean", "reward_std",
     "used_tool", "tool_calls", "tool_errors", "tool_timeouts", "gen_tokens", "prefill_tokens", "cached_tokens", "trained_tokens",
-    "plan_s", "rollout_s", "train_s", "logprob_s", "sync_s", "checkpoint_s", "setup_s", "step_s", "gen_tok_s", "train_tok_s",
+    "plan_s", "rollout_s", "train_s", "logprob_s", "sync_s", "checkpoint_s", "setup_s", "step_s", "gen_tok_s", "engine_busy_s", "engine_util", "train_tok_s",
     "migrations", "migration_tokens", "migration_s", "migration_pred_kv_s", "migration_pred_prefill_s", "moves_without_kv", "recovered",
     "trainer_restarts", "streaming", "train_overlap_s", "lent", "lend_declined", "helper_samples", "join_s", "loss", "clip_frac", "kl", "predicted_rollout_s", "predicted_train_s", "predicted_step_s",
 )

@@ -283,13 +283,14 @@ class Rollout:
                     kill(inst)
                     continue
                 inst.inflight = None
-                busy = 0.0
+                # the call's wall time on the engine (per-request prefill/decode times of a
+                # batched call overlap, so their sum would count the batch's decode B times)
+                busy = float(outs[0].extra.get("call_s", 0.0)) if outs else 0.0
                 for r in outs:
                     ep = self.eps[r.traj_id]
                     res.gen_tokens += len(r.tokens)
                     res.prefill_tokens += r.prefill_tokens
                     res.cached_tokens += r.cached_tokens
-                    busy += r.prefill_s + r.decode_s
                     inst.resident.add(r.traj_id)
                     call = ep.on_generation(r, self.decode)
                     if call is None:
