@@ -71,6 +71,7 @@ class Runner:
         self.history: list[StepArrays] = []
         self.rows: list[dict[str, Any]] = []
         self.trainer_restarts = 0
+        self._warned_idle_train = False
         self._stop = False
 
     # ---- setup -------------------------------------------------------------------------------
@@ -357,6 +358,10 @@ class Runner:
                 self.plan = plan
                 plan_s = time.perf_counter() - t0
                 setup_s = self._place(plan)
+                if cfg.trainer == "torch" and not plan.colocated and plan.n_train_gpus > 1 and not self._warned_idle_train:
+                    self._warned_idle_train = True
+                    self.log(f"the plan gives training {plan.n_train_gpus} devices (DP {plan.train.dp}); the torch trainer is one worker "
+                             f"and uses 1, so {plan.n_train_gpus - 1} idle (trainer: deepspeed runs the plan's DP; split pins the division)")
                 sched = policy.scheduler(plan)
                 pool = self._tune_pool(policy.pool(plan))
                 kills = [(float(f.get("at_s", 1.0)), int(f.get("instance", 0))) for f in cfg.faults if f["kill"] == "rollout" and f["step"] == step]
