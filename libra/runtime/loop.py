@@ -160,7 +160,16 @@ class Runner:
         tpg = make_group(world, self.use_gpu, "PACK", frac)
         self.groups.append(tpg)
         self.trainers = start_trainers(tpg, world, self._learner_opts(plan), self.use_gpu, frac)
-        ray.get([h.pid.remote() for h in self.engines.values()] + [w.pid.remote() for w in self.trainers])
+        try:
+            ray.get([h.pid.remote() for h in self.engines.values()])
+        except ray.exceptions.RayActorError as exc:  # an engine that cannot start is a setup problem, not a crash
+            tps = sorted({i.tp for i in plan.instances})
+            first = str(exc).strip().splitlines()
+            hint = (" (vLLM on CPU with TP > 1 needs its multi-process CPU backend; --engine torch or --split R:T, which uses "
+                    "TP-1 instances, avoid it)" if self.engine_kind == "vllm" and max(tps) > 1 else "")
+            raise UserError(f"the {self.engine_kind} rollout engine could not start for the plan's instances (TP {tps}){hint}: "
+                            f"{first[-1] if first else type(exc).__name__}") from None
+        ray.get([w.pid.remote() for w in self.trainers])
         done = ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])[0]
         if done or self.weights_ref is not None:
             self._sync_weights()
