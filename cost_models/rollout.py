@@ -34,7 +34,8 @@ from cost_models.operators.base import OperatorSet
 
 # vLLM V1 per-iteration CPU work not hidden behind the GPU (scheduling, input tensors, sampler
 # launch, output processing). Published vLLM V1 profiles put it at ~1 ms per step plus a few
-# microseconds per running request; these are assumptions a calibration can replace.
+# microseconds per running request; these are assumptions a calibration's ``engine`` entry
+# (``libra-calibrate profile --engine-model``) replaces.
 ENGINE_STEP_S = 1.0e-3
 ENGINE_PER_SEQ_S = 5.0e-6
 OPERATOR_HEAD_DIM = 128  # the operator set's attention is for head_dim 128; other head dims scale heads
@@ -45,10 +46,26 @@ _MIN_TABLE = 512  # first table covers batch 0..511; grows by doubling
 class RolloutTimer:
     """Decode/prefill iteration times of one (GPU, model) pair for any TP degree."""
 
-    def __init__(self, ops: OperatorSet, gpu: GPUSpec, model: ModelSpec) -> None:
+    def __init__(
+        self,
+        ops: OperatorSet,
+        gpu: GPUSpec,
+        model: ModelSpec,
+        engine_step_s: float = ENGINE_STEP_S,
+        engine_per_seq_s: float = ENGINE_PER_SEQ_S,
+    ) -> None:
+        """``engine_step_s + engine_per_seq_s * B`` is added to every decode and prefill
+        iteration of ``B`` sequences (a calibration's measured engine overhead, or the vLLM
+        constants). It does not depend on the context, so decode stays affine in it."""
+        if engine_step_s < 0 or engine_per_seq_s < 0:
+            raise CostModelError(
+                f"engine overhead must be >= 0, got step {engine_step_s} s, per sequence {engine_per_seq_s} s"
+            )
         self.ops = ops
         self.gpu = gpu
         self.model = model
+        self.engine_step_s = float(engine_step_s)
+        self.engine_per_seq_s = float(engine_per_seq_s)
         # tp -> (base array, slope array, base list, slope list); index = batch size
         self._tables: dict[int, tuple[np.ndarray, np.ndarray, list[float], list[float]]] = {}
         self._checked: set[int] = set()  # TP degrees already validated
@@ -96,7 +113,7 @@ class RolloutTimer:
         t = t + ops.gemm_s(seqs, md.vocab / tp, h)
         t = t + ops.allgather_s(seqs * md.vocab * DTYPE_BYTES, tp, False)  # vocab-parallel logits
         t = t + ops.memory_bound_s(3 * seqs * md.vocab * 4)  # fp32 softmax / top-p / sample
-        t = t + ENGINE_STEP_S + ENGINE_PER_SEQ_S * seqs
+        t = t + self.engine_step_s + self.engine_per_seq_s * seqs
         return t  # type: ignore[no-any-return]
 
     def _heads(self, tp: int) -> tuple[float, float]:

@@ -4,6 +4,10 @@ Why JSON with a format version: the files are bundled in the package and written
 ``libra-calibrate fit`` runs; a reader must reject a file it does not understand instead of
 mis-reading it, and a person must be able to see where the numbers came from (``source``:
 folder, file digests, tool version, time) without git.
+
+A file may also carry an ``engine`` entry (``EngineOverhead``): the rollout engine's fixed
+per-iteration cost measured on this device (``libra-calibrate profile --engine-model``). It is
+optional, so version-1 files without it stay valid and mean "use the cost model's constants".
 """
 
 from __future__ import annotations
@@ -20,6 +24,43 @@ FORMAT = "libra-operator-calibration"
 FORMAT_VERSION = 1
 
 
+@dataclass(frozen=True)
+class EngineOverhead:
+    """Per-iteration engine time outside the model's operators: ``step_s + per_seq_s * B`` for
+    an iteration (decode step or prefill forward) of ``B`` sequences.
+
+    Why a calibration entry: for a small model the framework's per-forward work (Python module
+    calls, dispatch, input tensors, sampling) is most of an iteration, and it depends on the
+    engine and the machine, so the cost model's vLLM-derived constants cannot stand for it.
+    ``source`` records how it was measured (model, grid, held-out error)."""
+
+    step_s: float
+    per_seq_s: float
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("step_s", "per_seq_s"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not (0.0 <= float(v) < 10.0):
+                raise CostModelError(f"engine overhead {name} must be a number of seconds in [0, 10), got {v!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step_s": float(self.step_s), "per_seq_s": float(self.per_seq_s), "source": self.source}
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> EngineOverhead:
+        """Parse an ``engine`` entry; ``where`` names the file for the one-line error."""
+        if not isinstance(obj, dict):
+            raise CostModelError(f"{where}: 'engine' must be an object with step_s and per_seq_s")
+        for key in ("step_s", "per_seq_s"):
+            if key not in obj:
+                raise CostModelError(f"{where}: 'engine' lacks the {key!r} field")
+        try:
+            return cls(step_s=obj["step_s"], per_seq_s=obj["per_seq_s"], source=dict(obj.get("source") or {}))
+        except CostModelError as exc:
+            raise CostModelError(f"{where}: {exc}") from None
+
+
 @dataclass
 class Calibration:
     """Fitted operator models of one device.
@@ -33,15 +74,19 @@ class Calibration:
     families: dict[str, Any]
     source: dict[str, Any] = field(default_factory=dict)
     version: int = FORMAT_VERSION
+    engine: EngineOverhead | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": FORMAT,
             "version": self.version,
             "gpu": self.gpu,
             "source": self.source,
             "families": self.families,
         }
+        if self.engine is not None:
+            out["engine"] = self.engine.to_json()
+        return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write compact JSON (bundled files must stay small)."""
@@ -69,4 +114,22 @@ class Calibration:
         for key in ("gpu", "families"):
             if key not in obj:
                 raise CostModelError(f"{p}: calibration file lacks the {key!r} field")
-        return cls(gpu=str(obj["gpu"]), families=dict(obj["families"]), source=dict(obj.get("source", {})))
+        engine = EngineOverhead.from_json(obj["engine"], str(p)) if obj.get("engine") is not None else None
+        return cls(gpu=str(obj["gpu"]), families=dict(obj["families"]), source=dict(obj.get("source", {})), engine=engine)
+
+
+_ENGINE_CACHE: dict[tuple[str, int, int], EngineOverhead | None] = {}
+
+
+def load_engine_overhead(path: str | os.PathLike[str]) -> EngineOverhead | None:
+    """The ``engine`` entry of a calibration file (None when it has none), cached per file
+    version (path, mtime, size): evaluators are built often and the file does not change."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        raise CostModelError(f"{p}: calibration file not found") from None
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _ENGINE_CACHE:
+        _ENGINE_CACHE[key] = Calibration.load(p).engine
+    return _ENGINE_CACHE[key]
