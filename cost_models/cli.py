@@ -40,6 +40,9 @@ def _run_fit(args: argparse.Namespace) -> int:
     out = calib.save(args.output)
     fams = ", ".join(sorted(calib.families))
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB): {calib.gpu}, families {fams}")
+    if calib.engine is not None:
+        print(f"engine overhead: step {calib.engine.step_s * 1e3:.3f} ms + {calib.engine.per_seq_s * 1e6:.1f} us "
+              "per sequence (from profile --engine-model)")
     return 0
 
 
@@ -105,12 +108,20 @@ def _add_profile(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
                    help="auto: bfloat16 on cuda, float32 on cpu (bf16 matmul is emulated and slow on most CPUs)")
     p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's; 1 is stable on a busy CPU)")
+    p.add_argument("--engine-model", metavar="DIR",
+                   help="also time this Hugging Face model's decode/prefill iterations as the torch engine runs "
+                        "them and fit the engine's per-iteration overhead (engine.csv; fit carries it into the calibration)")
+    p.add_argument("--engine-only", action="store_true",
+                   help="with --engine-model: skip the operator sweep, reuse the CSVs already in --out")
+    p.add_argument("--gpu", help="catalog name of the device for --engine-model (default cpu; required with --device cuda)")
 
 
 def _run_profile(args: argparse.Namespace) -> int:
     from cost_models.calibration.profile import profile
 
-    written = profile(args.device, Path(args.out), quick=args.quick, dtype=args.dtype, threads=args.threads)
+    written = profile(args.device, Path(args.out), quick=args.quick, dtype=args.dtype, threads=args.threads,
+                      engine_model=args.engine_model, engine_only=args.engine_only, gpu=args.gpu,
+                      log=lambda line: print(line, flush=True))
     for path in written:
         print(f"wrote {path}")
     return 0
@@ -119,7 +130,9 @@ def _run_profile(args: argparse.Namespace) -> int:
 COMMANDS = {
     "fit": (_add_fit, _run_fit, "fit operator models on a folder of measured CSVs and write a calibration JSON"),
     "report": (_add_report, _run_report, "held-out MAPE of the fitted models per operator family and GPU"),
-    "profile": (_add_profile, _run_profile, "measure this machine's GEMM/attention/all-reduce into calibration CSVs"),
+    "profile": (_add_profile, _run_profile,
+                "measure this machine's GEMM/attention/all-reduce (and, with --engine-model, a model's engine "
+                "overhead) into calibration CSVs"),
 }
 
 

@@ -34,7 +34,7 @@ import pandas as pd
 
 from cost_models.calibration import data as cdata
 from cost_models.calibration.grid import LogGrid, axis_weights, fill, make_monotone, mesh, monotone_l1, place
-from cost_models.calibration.store import Calibration
+from cost_models.calibration.store import Calibration, EngineOverhead
 from cost_models.errors import CostModelError
 from cost_models.hardware import GPUSpec, get_gpu
 from cost_models.operators.roofline import DTYPE_BYTES, HEAD_DIM, LAUNCH_S, RooflineOperators
@@ -549,7 +549,27 @@ def fit_folder(
         "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "profile_meta": meta,
     }
-    return Calibration(gpu=spec.name, families=families, source=source)
+    return Calibration(gpu=spec.name, families=families, source=source, engine=_engine_entry(data_dir, meta, spec, files))
+
+
+def _engine_entry(data_dir: Path, meta: dict[str, Any], spec: GPUSpec, files: dict[str, str]) -> EngineOverhead | None:
+    """The engine overhead ``profile --engine-model`` left in ``profile_meta.json`` (None when
+    the folder has none). It was fitted against the operators of this same folder for the
+    device named in its source, so a fit for another device would pair it with the wrong
+    operators: that is refused."""
+    entry = meta.get("engine")
+    if entry is None:
+        return None
+    engine = EngineOverhead.from_json(entry, str(data_dir / "profile_meta.json"))
+    measured_for = engine.source.get("gpu")
+    if measured_for is not None and measured_for != spec.name:
+        raise CostModelError(
+            f"{data_dir}: the engine overhead was fitted against {measured_for!r} operators; fit with --gpu {measured_for}"
+        )
+    csv_path = data_dir / "engine.csv"
+    if csv_path.is_file():
+        files["engine.csv"] = cdata.sha256_of(csv_path)
+    return engine
 
 
 def _display_path(p: Path) -> str:

@@ -12,6 +12,12 @@ GPU, the minimum of wall-clock repeats on a CPU, where other processes preempt t
 - ``generation_attention_perf.csv``: one query token per sequence against ``step`` cached keys;
 - ``nccl_perf.csv`` (cuda with 2+ GPUs only): ``all_reduce`` among 2..N GPUs, one process each.
 
+With ``engine_model`` (``--engine-model DIR``) it then times that model's decode and prefill
+iterations as the torch engine runs them and fits the engine's per-iteration overhead against
+the operators just measured (``engine_profile``): ``engine.csv`` and an ``engine`` entry in
+``profile_meta.json``, which ``fit`` copies into the calibration. ``engine_only`` skips the
+operator sweep and reuses the CSVs already in the folder.
+
 On CPU the default dtype is float32: bf16 matmul is emulated on most CPUs and an order of
 magnitude slower than what the CPU engine actually runs; ``profile_meta.json`` records the dtype,
 device, torch version and thread count, and ``fit`` copies it into the calibration's provenance.
@@ -107,10 +113,34 @@ def _write(path: Path, header: list[str], rows: Iterable[list[Any]]) -> Path:
     return path
 
 
-def profile(device: str, out: Path, quick: bool = False, dtype: str = "auto", threads: int | None = None) -> list[Path]:
+def profile(
+    device: str,
+    out: Path,
+    quick: bool = False,
+    dtype: str = "auto",
+    threads: int | None = None,
+    engine_model: str | os.PathLike[str] | None = None,
+    engine_only: bool = False,
+    gpu: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[Path]:
     """Measure and write the CSVs (plus ``profile_meta.json``) into ``out``; returns the paths.
     ``threads`` sets torch's intra-op threads (one thread gives stable timings on a CPU that
-    other processes share: no OpenMP barrier waits on a preempted thread)."""
+    other processes share: no OpenMP barrier waits on a preempted thread). ``engine_model``
+    adds the engine-overhead measurement of that model folder (see module docstring); ``gpu``
+    is the catalog name of the device (default ``cpu`` on a CPU; required on cuda with
+    ``engine_model``, since the overhead is fitted against that device's operator model);
+    ``log`` receives one line per engine point and the fit's summary."""
+    if engine_only and engine_model is None:
+        raise CostModelError("--engine-only needs --engine-model DIR")
+    spec = None
+    if engine_model is not None:
+        from cost_models.hardware import get_gpu
+
+        if gpu is None and device == "cuda":
+            raise CostModelError("--engine-model on cuda needs --gpu NAME (a100, h100, h200, ...): "
+                                 "the overhead is fitted against that GPU's operator model")
+        spec = get_gpu(gpu or "cpu")
     torch = _import_torch()
     if threads is not None:
         if threads < 1:
@@ -120,8 +150,69 @@ def profile(device: str, out: Path, quick: bool = False, dtype: str = "auto", th
         raise CostModelError("--device cuda: torch sees no CUDA device (use --device cpu)")
     if dtype == "auto":
         dtype = "bfloat16" if device == "cuda" else "float32"
-    tdtype = getattr(torch, dtype)
     out.mkdir(parents=True, exist_ok=True)
+    meta_path = out / "profile_meta.json"
+    if engine_only:
+        if not meta_path.is_file():
+            raise CostModelError(f"--engine-only: {meta_path} not found (profile the operators into {out} first)")
+        meta = json.loads(meta_path.read_text())
+        written = _profile_engine(torch, Path(engine_model), device, out, spec, quick, meta, log)  # type: ignore[arg-type]
+        meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+        return written + [meta_path]
+    written = _profile_operators(torch, device, out, quick, dtype)
+    meta = {
+        "device": device,
+        "device_name": torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or platform.machine(),
+        "dtype": dtype,
+        "dtype_note": "" if dtype == "bfloat16" else
+        "float32: bf16 matmul is emulated on this CPU and far slower than what runs in practice",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "quick": quick,
+        "head_dim": HEAD_DIM,
+        "latency_unit": "ms (" + ("median" if device == "cuda" else "minimum") + " of repeats)",
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if engine_model is not None:
+        meta_path.write_text(json.dumps(meta, indent=1) + "\n")  # the operator fit reads the folder
+        written += _profile_engine(torch, Path(engine_model), device, out, spec, quick, meta, log)  # type: ignore[arg-type]
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+    written.append(meta_path)
+    return written
+
+
+def _profile_engine(torch: Any, model_dir: Path, device: str, out: Path, spec: Any, quick: bool,
+                    meta: dict[str, Any], log: Callable[[str], None] | None) -> list[Path]:
+    """Run the engine measurement and record its fit in ``meta["engine"]``."""
+    from cost_models.calibration.engine_profile import profile_engine
+
+    path, fit = profile_engine(torch, model_dir, device, out, spec, quick=quick, progress=log)
+    meta["engine"] = {
+        "step_s": fit.step_s,
+        "per_seq_s": fit.per_seq_s,
+        "source": {
+            "model": str(model_dir),
+            "device": device,
+            "gpu": spec.name,
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "quick": quick,
+            "measured": "median of repeats; engine iterations of the batched torch engine, float32",
+            **fit.to_source(),
+        },
+    }
+    if log:
+        ho = ", ".join(f"{k} {v:.1f}%" for k, v in fit.holdout_mape.items())
+        ins = ", ".join(f"{k} {v:.1f}%" for k, v in fit.insample_mape.items())
+        log(f"engine overhead: step {fit.step_s * 1e3:.3f} ms + {fit.per_seq_s * 1e6:.1f} us per sequence "
+            f"({fit.rows} iterations; operators explain a median {fit.compute_share * 100:.0f}% of each)")
+        log(f"MAPE of operators + overhead vs measured: held-out ({fit.holdout_rows} points) {ho}; in-sample {ins}")
+    return [path]
+
+
+def _profile_operators(torch: Any, device: str, out: Path, quick: bool, dtype: str) -> list[Path]:
+    """The operator sweep: GEMM, attention (and all-reduce on 2+ GPUs) CSVs."""
+    tdtype = getattr(torch, dtype)
     grid = _Grid(quick, device)
     timed = _timer(torch, device)
     dev = torch.device(device)
@@ -162,23 +253,6 @@ def profile(device: str, out: Path, quick: bool = False, dtype: str = "auto", th
     n_dev = torch.cuda.device_count() if device == "cuda" else 1
     if n_dev >= 2:
         written.append(_profile_allreduce(torch, out, n_dev, quick))
-
-    meta = {
-        "device": device,
-        "device_name": torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or platform.machine(),
-        "dtype": dtype,
-        "dtype_note": "" if dtype == "bfloat16" else
-        "float32: bf16 matmul is emulated on this CPU and far slower than what runs in practice",
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "quick": quick,
-        "head_dim": HEAD_DIM,
-        "latency_unit": "ms (" + ("median" if device == "cuda" else "minimum") + " of repeats)",
-        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    meta_path = out / "profile_meta.json"
-    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
-    written.append(meta_path)
     return written
 
 
