@@ -91,6 +91,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
         print(f"held-out tasks ({int(b['n'])} episodes, seed {held['seed']}, temperature {held['temperature']:g}): "
               f"reward {b['reward']:.3f} -> {a['reward']:.3f}, tool use {b['used_tool']:.0%} -> {a['used_tool']:.0%}, "
               f"well-formed calls {b['well_formed_calls']:.0%} -> {a['well_formed_calls']:.0%}")
+        kinds = sorted(k[len("reward_"):] for k in b if k.startswith("reward_") and k in a)
+        if kinds:
+            print("  by task kind: " + ", ".join(f"{k} {b['reward_' + k]:.3f} -> {a['reward_' + k]:.3f}" for k in kinds))
     if summary.get("out"):
         print(f"outputs in {summary['out']}")
 

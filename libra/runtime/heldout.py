@@ -52,11 +52,15 @@ def run_episodes(engine: Any, episodes: list[Episode], tools: ToolBox, batch: in
 
 
 def summarize(episodes: list[Episode]) -> dict[str, float]:
-    """Mean reward, share of episodes calling a tool, share of calls naming a known tool, share
-    of calls that ran ``ok``."""
+    """Mean reward (overall and per task kind: ``reward_<kind>``), share of episodes calling a
+    tool, share of calls naming a known tool, share of calls that ran ``ok``."""
     calls = [t for e in episodes for t in e.turns if t.tool is not None]
     n = max(len(episodes), 1)
+    by_kind: dict[str, list[float]] = {}
+    for e in episodes:
+        by_kind.setdefault(e.task.kind, []).append(e.reward)
     return {
+        **{f"reward_{k}": sum(v) / len(v) for k, v in sorted(by_kind.items())},
         "reward": sum(e.reward for e in episodes) / n,
         "used_tool": sum(1 for e in episodes if any(t.tool for t in e.turns)) / n,
         "well_formed_calls": (sum(1 for t in calls if t.tool in ("python", "search")) / len(calls)) if calls else 0.0,

@@ -398,7 +398,8 @@ class Runner:
                 write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories, self.model_cfg, cfg.gpu_name, cfg.devices, cfg.policy)
                 write_steps_csv(os.path.join(self.out, "steps.csv"), self.rows)
                 lend = f", lent {row['lent']} (helper samples {row['helper_samples']})" if stream is not None else ""
-                self.log(f"step {step}: reward {row['reward_mean']:.3f}, rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s "
+                kinds = ", ".join(f"{k} {row['reward_' + k]:.2f}" for k in ("math", "math2", "search") if row["reward_" + k] == row["reward_" + k])
+                self.log(f"step {step}: reward {row['reward_mean']:.3f} ({kinds}), rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s "
                          f"({row['train_overlap_s']:.1f} s overlapping rollout), sync {sync_s:.2f} s, step {step_s:.1f} s, "
                          f"{row['gen_tok_s']:.0f} gen tok/s, migrations {row['migrations']}{lend}, "
                          f"split {plan.n_rollout_gpus}:{plan.n_train_gpus} (TP {row['rollout_tps']})")
@@ -454,7 +455,8 @@ class Runner:
                            cfg.max_tool_calls, cfg.max_context, {"timeout_s": cfg.tool_timeout_s, "memory_mb": cfg.tool_memory_mb,
                                                                  "max_output_bytes": cfg.tool_output_bytes},
                            samples=cfg.eval_samples, threads=max(1, min(cfg.devices, os.cpu_count() or 1)))
-        self.log(f"held-out eval of the {label} ({int(res['n'])} episodes, seed {cfg.eval_seed}): reward {res['reward']:.3f}, "
+        kinds = ", ".join(f"{k[len('reward_'):]} {v:.3f}" for k, v in res.items() if k.startswith("reward_"))
+        self.log(f"held-out eval of the {label} ({int(res['n'])} episodes, seed {cfg.eval_seed}): reward {res['reward']:.3f} ({kinds}), "
                  f"tool use {res['used_tool']:.0%}, well-formed calls {res['well_formed_calls']:.0%} ({res['eval_s']:.1f} s)")
         return res
 
@@ -500,6 +502,7 @@ class Runner:
             "rollout_tps": "/".join(str(i.tp) for i in plan.instances), "train_dp": len(self.trainers),
             "zero_stage": (self.cfg.zero_stage or plan.train.zero_stage) if self.cfg.trainer == "deepspeed" else 0,
             "trajectories": len(eps), "reward_mean": float(np.mean(rewards)), "reward_std": float(np.std(rewards)),
+            **{f"reward_{k}": float(np.mean([r for e, r in zip(eps, rewards) if e.task.kind == k] or [math.nan])) for k in ("math", "math2", "search")},
             "used_tool": float(np.mean([any(t.tool for t in e.turns) for e in eps])), "tool_calls": ro.tool_calls,
             "tool_errors": ro.tool_errors, "tool_timeouts": ro.tool_timeouts, "gen_tokens": ro.gen_tokens,
             "prefill_tokens": ro.prefill_tokens, "cached_tokens": ro.cached_tokens, "trained_tokens": int(tr.get("tokens", 0) * len(self.trainers)),

@@ -16,6 +16,7 @@ from libra.trace.writer import write_trace
 
 STEP_FIELDS: tuple[str, ...] = (
     "step", "policy", "n_rollout", "n_train", "rollout_tps", "train_dp", "zero_stage", "trajectories", "reward_mean", "reward_std",
+    "reward_math", "reward_math2", "reward_search",
     "used_tool", "tool_calls", "tool_errors", "tool_timeouts", "gen_tokens", "prefill_tokens", "cached_tokens", "trained_tokens",
     "plan_s", "rollout_s", "train_s", "logprob_s", "sync_s", "checkpoint_s", "setup_s", "step_s", "gen_tok_s", "engine_busy_s", "engine_util", "train_tok_s",
     "migrations", "migration_tokens", "migration_s", "migration_pred_kv_s", "migration_pred_prefill_s", "moves_without_kv", "recovered",
@@ -56,10 +57,16 @@ def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]]) -> list[str]:
     steps = [r["step"] for r in rows]
     paths = []
     fig, ax = plt.subplots(figsize=(5, 3))
-    ax.plot(steps, [r["reward_mean"] for r in rows], marker="o")
+    ax.plot(steps, [r["reward_mean"] for r in rows], marker="o", label="all", color="black")
+    # per task kind: a step's mean moves with its random mix of kinds, each kind's own reward less
+    for kind in ("math", "math2", "search"):
+        vals = [float(r.get(f"reward_{kind}", math.nan)) for r in rows]
+        if any(v == v for v in vals):
+            ax.plot(steps, vals, marker=".", linewidth=0.8, label=kind)
     ax.set_xlabel("RL step")
     ax.set_ylabel("mean reward")
-    ax.set_title("reward")
+    ax.set_title("training reward per step")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     paths.append(os.path.join(out_dir, "reward.png"))
     fig.savefig(paths[-1], dpi=100)

@@ -49,6 +49,8 @@ def test_heldout_eval_is_reproducible_and_sees_new_weights() -> None:
     a, b = _eval(), _eval()
     assert {k: v for k, v in a.items() if k != "eval_s"} == {k: v for k, v in b.items() if k != "eval_s"}
     assert a["n"] == 6 and 0.0 <= a["reward"] <= 1.0 and 0.0 <= a["used_tool"] <= 1.0
+    kinds = [k for k in a if k.startswith("reward_")]
+    assert kinds and set(kinds) <= {"reward_math", "reward_math2", "reward_search"}
     from transformers import AutoModelForCausalLM
 
     from libra.runtime.tiny_model import DEFAULT_DIR
