@@ -77,3 +77,17 @@ def test_same_seed_same_json(tmp_path: Path) -> None:
     for f in (a, b):
         assert main(["replay", str(tr), "--gpus", "16", "--policy", "verl-static-uniform", "--seed", "3", "--json", str(f)]) == 0
     assert a.read_text() == b.read_text()
+
+
+def test_max_context_scales_the_first_steps_prior(tmp_path: Path) -> None:
+    """``--max-context`` (what libra-run's fidelity replay passes) changes only how the first step,
+    planned from the length prior, is planned: later steps plan from measured history."""
+    tr = _trace(tmp_path / "t.jsonl")
+    docs = []
+    for extra in ([], ["--max-context", "1024"]):
+        out = tmp_path / f"r{len(docs)}.json"
+        assert main(["replay", str(tr), "--gpus", "16", "--policy", "libra", "--json", str(out), *extra]) == 0
+        docs.append(json.loads(out.read_text())["policies"]["libra"])
+    plain, capped = docs
+    assert plain["completed"] == capped["completed"] == 48
+    assert plain["train_s"][0] != capped["train_s"][0] or plain["rollout_makespan_s"][0] != capped["rollout_makespan_s"][0]

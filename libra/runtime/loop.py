@@ -435,7 +435,7 @@ class Runner:
                 streamed = any(float(r.get("streaming") or 0) for r in self.rows)
                 fid = replay_fidelity(self.out, os.path.join(self.out, "trace.jsonl"), self.rows, cfg.devices, cfg.per_node, cfg.gpu_name,
                                       self.model_cfg, cfg.policy, calibration=cfg.calibration, streaming=streamed,
-                                      mini_batches=cfg.mini_batches)
+                                      mini_batches=cfg.mini_batches, max_context=cfg.max_context)
                 summary["fidelity"] = fid
             except Exception as exc:  # the run itself succeeded; say why the comparison did not
                 self.log(f"replay comparison failed: {exc}")

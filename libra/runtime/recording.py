@@ -90,7 +90,7 @@ def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]]) -> list[str]:
 
 def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], devices: int, per_node: int, gpu: str, model: str,
                     policy: str, timeout_s: float = 600, calibration: str | None = None, streaming: bool = False,
-                    mini_batches: int = 1) -> list[dict[str, Any]]:
+                    mini_batches: int = 1, max_context: int | None = None) -> list[dict[str, Any]]:
     """Replay ``trace`` with ``libra-sim replay`` on the same devices and policy (no noise) and
     write ``fidelity.csv``: measured and simulated rollout/train/step seconds per step.
 
@@ -110,6 +110,8 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
            "--model", model, "--policy", policy, "--noise", "0", "--out", rdir]
     # batch mode: one mini-batch (the simulator's update time does not depend on the count)
     cmd += ["--streaming", "--mini-batches", str(max(1, mini_batches))] if streaming else ["--mini-batches", "1"]
+    if max_context:  # the run planned its first step with the prior scaled into its context cap
+        cmd += ["--max-context", str(int(max_context))]
     if calibration:
         cmd += ["--calibration", os.path.abspath(calibration)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)

@@ -29,6 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-node", type=_positive_int, default=8, help="GPUs per node (default 8)")
     p.add_argument("--gpu", default=None, help="GPU catalog name (default: the trace header's hint, else a800)")
     p.add_argument("--model", default=None, help="model catalog name or config.json (default: the trace header's hint)")
+    p.add_argument("--max-context", type=_positive_int, default=None, metavar="TOKENS",
+                   help="a hard context limit of the workload: the first step's length prior is scaled into it "
+                        "(libra-run's fidelity replay passes its max_context)")
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="operator calibration file (`libra-calibrate fit` output) for the cost evaluator, e.g. one profiled "
                         "on this CPU for --gpu cpu (default: the GPU's bundled calibration, else the roofline)")
@@ -191,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     meta = getattr(header, "metadata", {}) or {}
     gpu = args.gpu or meta.get("gpu") or "a800"
     model = _model_name(args.model, getattr(header, "model", None))
-    cluster = ClusterSpec(args.gpus, gpu, model, args.gpus_per_node)
+    cluster = ClusterSpec(args.gpus, gpu, model, args.gpus_per_node, max_context=args.max_context)
     costs = load_costs(gpu, model, args.gpus_per_node, args.calibration)
     names = policy_names()
     if args.compare:
