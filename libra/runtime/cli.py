@@ -33,6 +33,8 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument(flag, dest=key, default=None, type=float, help=help_)
         elif key in ("zero_stage",):
             p.add_argument(flag, dest=key, default=None, type=int, help=help_)
+        elif key in ("bucket_bounds",):  # a list whose default is None
+            p.add_argument(flag, dest=key, default=None, type=_json_arg, help=help_ + " (JSON)")
         elif key in ("eval_temperature",):
             p.add_argument(flag, dest=key, default=None, type=float, help=help_)
         else:

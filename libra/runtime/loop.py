@@ -366,6 +366,7 @@ class Runner:
                 plan = pin_plan(plan, cfg.split_pair(), cfg.bucket_bounds, cfg.per_node)
                 self.plan = plan
                 plan_s = time.perf_counter() - t0
+                self.log(f"step {step} plan ({cfg.policy}): {self._plan_text(plan)}")
                 setup_s = self._place(plan)
                 if cfg.trainer == "torch" and not plan.colocated and plan.n_train_gpus > 1 and not self._warned_idle_train:
                     self._warned_idle_train = True
@@ -398,11 +399,12 @@ class Runner:
                 write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories, self.model_cfg, cfg.gpu_name, cfg.devices, cfg.policy)
                 write_steps_csv(os.path.join(self.out, "steps.csv"), self.rows)
                 lend = f", lent {row['lent']} (helper samples {row['helper_samples']})" if stream is not None else ""
+                adm = " ".join(f"b{b}:{n}" for b, n in sorted(ro.admitted_by_bucket.items()))
                 kinds = ", ".join(f"{k} {row['reward_' + k]:.2f}" for k in ("math", "math2", "search") if row["reward_" + k] == row["reward_" + k])
                 self.log(f"step {step}: reward {row['reward_mean']:.3f} ({kinds}), rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s "
                          f"({row['train_overlap_s']:.1f} s overlapping rollout), sync {sync_s:.2f} s, step {step_s:.1f} s, "
-                         f"{row['gen_tok_s']:.0f} gen tok/s, migrations {row['migrations']}{lend}, "
-                         f"split {plan.n_rollout_gpus}:{plan.n_train_gpus} (TP {row['rollout_tps']})")
+                         f"{row['gen_tok_s']:.0f} gen tok/s{lend}; routing: admitted {adm}, {ro.routed} decisions at tool calls "
+                         f"({ro.rerouted} to another bucket), migrations {row['migrations']}")
             final_state = ray.get(self.weights_ref) if (cfg.eval_tasks and self.rows and self.weights_ref is not None) else None
             plot_steps(self.out, self.rows)
             self.log(pool_summary(*pool_counts, streaming=streamed_any, declined=declined))
@@ -441,6 +443,21 @@ class Runner:
                 self.log(f"replay comparison failed: {exc}")
                 summary["fidelity_error"] = str(exc)
         return summary
+
+    @staticmethod
+    def _plan_text(plan: Plan) -> str:
+        """One line: the split, rollout instances and buckets, the training strategy, predictions."""
+        if plan.colocated:
+            split = f"colocated on {plan.n_rollout_gpus} devices"
+        else:
+            split = f"split {plan.n_rollout_gpus}:{plan.n_train_gpus}"
+        buckets = ", ".join(f"b{b.index} TP{b.tp} [{b.min_context}, {'inf' if b.max_context is None else b.max_context})" for b in plan.buckets)
+        tps = "/".join(str(i.tp) for i in plan.instances)
+        t = plan.train
+        prior = plan.notes.get("from_prior")
+        origin = "" if prior is None else (" (from the length prior)" if prior else " (from measured steps)")
+        return (f"{split}; rollout instances TP {tps}; buckets {buckets}; training TP{t.tp} PP{t.pp} DP{t.dp} ZeRO-{t.zero_stage}; "
+                f"predicted rollout {plan.predicted_rollout_s:.2f} s, train {plan.predicted_train_s:.2f} s{origin}")
 
     def _eval_temperature(self) -> float:
         t = self.cfg.eval_temperature
@@ -512,7 +529,7 @@ class Runner:
             "engine_util": sum(ro.engine_busy_s.values()) / max(ro.makespan_s * max(len(plan.instances), 1), 1e-9),
             "train_tok_s": tr.get("tokens", 0) * len(self.trainers) / max(tr["train_s"], 1e-9), "migrations": len(mig), "migration_tokens": sum(m.tokens for m in mig),
             "migration_s": sum(m.measured_s for m in mig), "migration_pred_kv_s": sum(m.predicted_kv_s for m in mig),
-            "migration_pred_prefill_s": sum(m.predicted_prefill_s for m in mig), "moves_without_kv": ro.moves_without_kv,
+            "migration_pred_prefill_s": sum(m.predicted_prefill_s for m in mig), "moves_without_kv": ro.moves_without_kv, "routed": ro.routed, "rerouted": ro.rerouted,
             "recovered": ro.recovered, "trainer_restarts": self.trainer_restarts, "lent": len(ro.lent), "loss": tr.get("loss", math.nan),
             "clip_frac": tr.get("clip_frac", math.nan), "kl": tr.get("kl", math.nan), "predicted_rollout_s": plan.predicted_rollout_s,
             "predicted_train_s": plan.predicted_train_s, "predicted_step_s": plan.predicted_step_s,

@@ -72,6 +72,9 @@ class RolloutResult:
     pool_consulted: int = 0  # times the elastic pool was asked (after rollout events)
     pool_consulted_training: int = 0  # of those, with training running (streamed mini-batches)
     lend_declined: int = 0  # role changes the trainer could not take (no helpers on its backend)
+    admitted_by_bucket: dict[int, int] = field(default_factory=dict)  # the scheduler's admissions
+    routed: int = 0  # routing decisions at tool-call starts (``on_tool_return``)
+    rerouted: int = 0  # of those, to another bucket
 
 
 @dataclass
@@ -147,6 +150,7 @@ class Rollout:
             train.start(self._now)
         for e in episodes:
             b = self.sched.admit(self._obs(e, index[e.traj_id], None, None, 0.0))
+            res.admitted_by_bucket[b] = res.admitted_by_bucket.get(b, 0) + 1
             i = self._place(b)
             bucket_of[e.traj_id], where[e.traj_id] = b, i
             self.inst[i].queue.append(e.traj_id)
@@ -304,6 +308,8 @@ class Rollout:
                     # destination overlaps the tool call (as the simulator's KV migration does)
                     src = where[t]
                     route = self.sched.on_tool_return(self._obs(ep, index[t], src, bucket_of[t], admitted[t]))
+                    res.routed += 1
+                    res.rerouted += route.bucket != bucket_of[t]
                     bucket_of[t] = route.bucket
                     if route.bucket != inst.bucket:
                         dst = self._place(route.bucket)

@@ -121,3 +121,14 @@ def test_cli_reports_bad_input_in_one_line(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "devices" in err and "Traceback" not in err
     assert main(["--config", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_every_flag_parses_to_the_type_its_key_takes() -> None:
+    """Flags arrive as text; list keys (even those defaulting to None) are JSON, numbers numbers."""
+    from libra.runtime.cli import _parser
+
+    a = _parser().parse_args(["--bucket-bounds", "[40, 96]", "--eval-temperature", "0", "--tasks", '{"search": 1}', "--lr", "1e-4",
+                              "--no-streaming"])
+    cfg = load_config(None, {k: getattr(a, k) for k in KEYS})
+    assert cfg.bucket_bounds == [40, 96] and cfg.eval_temperature == 0.0 and cfg.tasks == {"search": 1} and cfg.lr == 1e-4
+    assert cfg.streaming is False
