@@ -6,7 +6,8 @@ work, with or without a calibration fitted on this machine.
     python scripts/measure_vs_predict.py --device cpu --gpu cpu [--calibration calib.json] --out DIR
     python scripts/measure_vs_predict.py --device cuda --gpu h200 --calibration calib.json --out DIR
 
-Prediction of a rollout: the torch engine decodes one sequence at a time, so the work is, per
+Prediction of a rollout: this script sends the torch engine one request per call (no batching,
+so each iteration's time is the model's own at batch 1), so the work is, per
 trajectory and turn, a prefill of the new context tokens (``prefill_s(1, new, cached)``) and one
 decode iteration per generated token at batch 1 (``decode_s(1, 1, context)``). Training: one
 ``train_iter_s`` per mini-batch on the step's tokens plus the old-policy ``forward_s``. Writes
