@@ -56,13 +56,26 @@ def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]]) -> list[str]:
         return []
     steps = [r["step"] for r in rows]
     paths = []
-    fig, ax = plt.subplots(figsize=(5, 3))
-    ax.plot(steps, [r["reward_mean"] for r in rows], marker="o", label="all", color="black")
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    window = max(1, min(10, len(rows) // 5))
+
+    def trailing(vals: list[float]) -> list[float]:
+        """Mean of the last ``window`` steps that have a value (a kind may be absent from a step)."""
+        out = []
+        for i in range(len(vals)):
+            seen = [v for v in vals[max(0, i - window + 1) : i + 1] if v == v]
+            out.append(sum(seen) / len(seen) if seen else math.nan)
+        return out
+
     # per task kind: a step's mean moves with its random mix of kinds, each kind's own reward less
-    for kind in ("math", "math2", "search"):
+    series = [("all", [float(r["reward_mean"]) for r in rows], "black")]
+    for kind, color in (("math", "tab:blue"), ("math2", "tab:green"), ("search", "tab:orange")):
         vals = [float(r.get(f"reward_{kind}", math.nan)) for r in rows]
         if any(v == v for v in vals):
-            ax.plot(steps, vals, marker=".", linewidth=0.8, label=kind)
+            series.append((kind, vals, color))
+    for name, vals, color in series:
+        ax.plot(steps, vals, marker=".", linewidth=0.5, alpha=0.35, color=color)
+        ax.plot(steps, trailing(vals), linewidth=2, color=color, label=f"{name} ({window}-step mean)" if window > 1 else name)
     ax.set_xlabel("RL step")
     ax.set_ylabel("mean reward")
     ax.set_title("training reward per step")
