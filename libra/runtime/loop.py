@@ -58,6 +58,7 @@ class Runner:
         self.out = os.path.abspath(cfg.out)
         os.makedirs(self.out, exist_ok=True)
         self.ckpt = os.path.join(self.out, "ckpt")
+        self._check_context_window()
         # the run's context cap is a hard limit: the first step's length prior is scaled into it
         self.cluster = ClusterSpec(cfg.devices, cfg.gpu_name, self.model_cfg, cfg.per_node, max_context=cfg.max_context)
         self.use_gpu = cfg.device == "cuda"
@@ -164,11 +165,11 @@ class Runner:
             ray.get([h.pid.remote() for h in self.engines.values()])
         except ray.exceptions.RayActorError as exc:  # an engine that cannot start is a setup problem, not a crash
             tps = sorted({i.tp for i in plan.instances})
-            first = str(exc).strip().splitlines()
-            hint = (" (vLLM on CPU with TP > 1 needs its multi-process CPU backend; --engine torch or --split R:T, which uses "
-                    "TP-1 instances, avoid it)" if self.engine_kind == "vllm" and max(tps) > 1 else "")
-            raise UserError(f"the {self.engine_kind} rollout engine could not start for the plan's instances (TP {tps}){hint}: "
-                            f"{first[-1] if first else type(exc).__name__}") from None
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            why = next((ln for ln in reversed(lines) if ("Error" in ln or "error" in ln) and "further information" not in ln),
+                       lines[-1] if lines else type(exc).__name__)
+            hint = "; --engine torch runs without vLLM" if self.engine_kind == "vllm" else ""
+            raise UserError(f"the {self.engine_kind} rollout engine could not start for the plan's instances (TP {tps}): {why}{hint}") from None
         ray.get([w.pid.remote() for w in self.trainers])
         done = ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])[0]
         if done or self.weights_ref is not None:
@@ -443,6 +444,20 @@ class Runner:
                 self.log(f"replay comparison failed: {exc}")
                 summary["fidelity_error"] = str(exc)
         return summary
+
+    def _check_context_window(self) -> None:
+        """``max_context`` must fit the model's context window (engines refuse it otherwise, deep
+        inside an actor); say so before anything starts."""
+        import json
+
+        try:
+            with open(self.model_cfg, encoding="utf-8") as f:
+                window = json.load(f).get("max_position_embeddings")
+        except (OSError, ValueError) as exc:
+            raise UserError(f"model {self.model_dir}: cannot read config.json ({exc})") from None
+        if isinstance(window, (int, float)) and self.cfg.max_context > window:
+            raise UserError(f"max_context {self.cfg.max_context} exceeds the model's context window (max_position_embeddings "
+                            f"{int(window)} in {self.model_cfg}); use max_context <= {int(window)}")
 
     @staticmethod
     def _plan_text(plan: Plan) -> str:

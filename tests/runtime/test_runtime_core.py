@@ -132,3 +132,12 @@ def test_every_flag_parses_to_the_type_its_key_takes() -> None:
     cfg = load_config(None, {k: getattr(a, k) for k in KEYS})
     assert cfg.bucket_bounds == [40, 96] and cfg.eval_temperature == 0.0 and cfg.tasks == {"search": 1} and cfg.lr == 1e-4
     assert cfg.streaming is False
+
+
+def test_max_context_beyond_the_models_window_is_a_config_error(tmp_path) -> None:
+    pytest.importorskip("transformers")
+    from libra.errors import UserError
+    from libra.runtime.loop import Runner
+
+    with pytest.raises(UserError, match="max_position_embeddings 1024"):
+        Runner(load_config(None, {"max_context": 4096, "out": str(tmp_path / "run")}))

@@ -32,6 +32,11 @@ class VLLMEngine:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_gib)
         else:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        if device == "cpu" and tp > 1:
+            # vLLM's CPU backend binds each TP worker's OpenMP threads to a NUMA node of its own
+            # ("auto") and refuses TP > 1 on a one-node machine (a laptop, a CI runner); the Ray
+            # bundle already sized the actor's CPUs, so let the workers' threads float
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         from transformers import AutoTokenizer
         from vllm import LLM
 
