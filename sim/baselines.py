@@ -216,11 +216,17 @@ class StaticPolicy:
             basis = "hindsight: searched over the whole replayed trace"
             max_context = max(int(s.total_tokens.max()) for s, _ in steps if s.n)
         else:
-            ps = prior_step(prompt_tokens)
+            gen, tool, top = PRIOR_GEN_TOKENS, PRIOR_TOOL_TOKENS, PRIOR_MAX_CONTEXT
+            cap = self.cluster.max_context
+            if cap is not None and cap < PRIOR_MAX_CONTEXT:
+                # a known context limit (libra-run's max_context) is what its verl config would say:
+                # the prior's response budget shrinks by the same factor as Libra's length prior
+                scale = cap / PRIOR_MAX_CONTEXT
+                gen, tool, top = max(PRIOR_TURNS, int(PRIOR_GEN_TOKENS * scale)), max(1, int(PRIOR_TOOL_TOKENS * scale)), cap
+            ps = prior_step(prompt_tokens, gen=gen, tool_tokens=tool)
             steps = [(ps, resolve_latencies(ps, self.seed))]
-            basis = (f"first step's prompts + length prior ({PRIOR_GEN_TOKENS} gen tokens over {PRIOR_TURNS} turns, "
-                     f"max context {PRIOR_MAX_CONTEXT})")
-            max_context = max(PRIOR_MAX_CONTEXT, int(prompt_tokens.max()) if len(prompt_tokens) else 0)
+            basis = f"first step's prompts + length prior ({gen} gen tokens over {PRIOR_TURNS} turns, max context {top})"
+            max_context = max(top, int(prompt_tokens.max()) if len(prompt_tokens) else 0)
         tokens, seq_len, seq_max = _train_shape([s for s, _ in steps])
         n = self.cluster.n_gpus
         cands: list[tuple[float, int, int, TrainConfig, float, float]] = []

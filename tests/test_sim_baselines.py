@@ -88,3 +88,14 @@ def test_makespan_is_never_below_the_critical_path(costs) -> None:  # type: igno
     for m in res.steps:
         assert m.rollout_makespan_s >= m.critical_path_s * (1 - 1e-6)
         assert np.isfinite(m.makespan_over_bound) and m.makespan_over_bound >= 1 - 1e-6
+
+
+def test_a_known_context_limit_reaches_the_baselines_prior(costs) -> None:  # type: ignore[no-untyped-def]
+    """Libra's planner scales its first-step prior into ``ClusterSpec.max_context``; the baselines
+    get the same knowledge (what their verl config would say), so the comparison stays fair."""
+    a = make_step(0, 32, seed=1)
+    capped = replace(CLUSTER, max_context=4096)
+    p = resolve("verl-static-uniform", capped, costs=costs).plan(capped, (), a.prompt_tokens)
+    q = resolve("verl-static-uniform", CLUSTER, costs=costs).plan(CLUSTER, (), a.prompt_tokens)
+    assert "max context 4096" in str(p.notes["chosen_by"]) and "max context 32768" in str(q.notes["chosen_by"])
+    assert p.predicted_rollout_s < q.predicted_rollout_s
