@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from libra.errors import UserError
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterSpec:
@@ -14,6 +16,11 @@ class ClusterSpec:
     trajectory may reach when the workload has a hard limit (a run's context cap); before any step
     has completed, the planner's length prior is scaled into it rather than planning for
     trajectories that cannot exist. None: unknown (the prior is used as documented).
+
+    ``max_train_gpus``: the most devices the training backend can use, e.g. 1 for a
+    single-process trainer (``libra-run --trainer torch``). Planners never give training more, so
+    the devices a bigger split would leave idle go to rollout instead; a colocated plan trains on
+    ``train_gpu_cap`` of its devices. None: no limit (the backend runs any TP x PP x DP).
     """
 
     n_gpus: int
@@ -21,8 +28,18 @@ class ClusterSpec:
     model: str
     gpus_per_node: int = 8
     max_context: int | None = None
+    max_train_gpus: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_train_gpus is not None and self.max_train_gpus < 1:
+            raise UserError(f"max_train_gpus must be a positive device count or unset, got {self.max_train_gpus}")
 
     @property
     def n_nodes(self) -> int:
         """Nodes, the last one possibly partial."""
         return -(-self.n_gpus // self.gpus_per_node)
+
+    @property
+    def train_gpu_cap(self) -> int:
+        """The most devices a plan may give training: ``max_train_gpus`` clipped to the cluster."""
+        return self.n_gpus if self.max_train_gpus is None else min(self.n_gpus, self.max_train_gpus)

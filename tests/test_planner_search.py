@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,9 @@ from libra.planner.packing import fits, node_capacities, pack
 from libra.planner.search import Planner, Replanner, SearchOptions, step_time
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+#: libra-run's bundled tiny policy (its config.json): the model its CPU runs plan for
+TINY = str(Path(__file__).resolve().parents[1] / "libra" / "runtime" / "assets" / "tiny-policy" / "config.json")
 
 
 @pytest.fixture(scope="module")
@@ -248,3 +252,77 @@ def test_async_move_towards_rollout_waits_for_the_previous_training(ev: CostEval
         assert c.transition_s == pytest.approx(plain + cur.predicted_train_s)
     for c in more:
         assert c.transition_s == pytest.approx(transition_s(ev, cluster, cur, c.n_train, c.train, c.rollout.instances, "sync"))
+
+
+def test_no_training_limit_leaves_the_plans_unchanged(ev: CostEvaluator) -> None:
+    """Pinned from the search before ``max_train_gpus`` existed (same history, same evaluator):
+    without a limit the plans are the old ones, colocated in sync mode and 8:8 in async mode."""
+    hist = make_history(2, n=64)
+    cluster = ClusterSpec(16, "a800", "qwen3-8b")
+    assert cluster.max_train_gpus is None and cluster.train_gpu_cap == 16
+    sync = Planner(cluster, ev).plan(hist, hist[-1].prompt_tokens)
+    assert sync.colocated and (sync.n_rollout_gpus, sync.n_train_gpus) == (16, 16)
+    assert (sync.train.tp, sync.train.dp) == (2, 8) and [i.tp for i in sync.instances] == [8, 8]
+    assert sync.predicted_step_s == pytest.approx(82.57754141184076, rel=1e-9)
+    asy = Planner(cluster, ev, SearchOptions(mode="async")).plan(hist, hist[-1].prompt_tokens)
+    assert (asy.n_rollout_gpus, asy.n_train_gpus, asy.train.dp) == (8, 8, 8)
+    assert asy.predicted_step_s == pytest.approx(82.36724841384265, rel=1e-9)
+    # a limit at or above what the search visits changes nothing
+    roomy = Planner(replace(cluster, max_train_gpus=64), ev).plan(hist, hist[-1].prompt_tokens)
+    assert roomy.predicted_step_s == sync.predicted_step_s and roomy.n_train_gpus == 16
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_training_limit_gives_the_rest_to_rollout(mode: str) -> None:
+    """A 1-device trainer on 4 CPU devices (libra-run's setup): training gets 1, rollout 3
+    instances; no candidate the search priced trains on more devices than the limit."""
+    ev4 = CostEvaluator(gpu="cpu", model=TINY, gpus_per_node=4)
+    hist = make_history(2, n=32, median=300)
+    free = Planner(ClusterSpec(4, "cpu", TINY, gpus_per_node=4, max_context=2048), ev4, SearchOptions(mode=mode))
+    assert free.n_train_grid() == [1, 2, 3]
+    planner = Planner(ClusterSpec(4, "cpu", TINY, gpus_per_node=4, max_context=2048, max_train_gpus=1), ev4, SearchOptions(mode=mode))
+    assert planner.n_train_grid() == [1]
+    res = planner.search(hist, hist[-1].prompt_tokens)
+    assert res.candidates and all(c.n_train == 1 and c.train.n_gpus == 1 for c in res.candidates)
+    plan = planner.to_plan(res)
+    assert plan.n_train_gpus == 1 and plan.train.dp == 1
+    if not plan.colocated:
+        assert plan.n_rollout_gpus == 3 and 1 <= sum(i.tp for i in plan.instances) <= 3
+
+
+def test_training_limit_between_grid_points_is_visited(ev: CostEvaluator) -> None:
+    """On a large cluster (half-node grid, coarse pass beyond 16 nodes) a limit below the grid
+    step is still a split: training on exactly the limit, everything else rolls out."""
+    hist = make_history(2, n=64)
+    for n, cap in ((48, 6), (48, 3), (160, 5)):
+        planner = Planner(ClusterSpec(n, "a800", "qwen3-8b", max_train_gpus=cap), ev, SearchOptions(mode="async"))
+        assert max(planner.n_train_grid()) == cap
+        res = planner.search(hist, hist[-1].prompt_tokens)
+        assert res.candidates and max(c.n_train for c in res.candidates) <= cap
+        assert res.best.n_train == cap  # training is the slow stage here: it gets all it may have
+        assert len({c.n_train for c in res.candidates}) == len(res.candidates)  # no split priced twice
+
+
+def test_colocated_candidate_trains_on_the_limit(ev: CostEvaluator) -> None:
+    hist = make_history(2, n=64)
+    planner = Planner(ClusterSpec(16, "a800", "qwen3-8b", max_train_gpus=4), ev)
+    res = planner.search(hist, hist[-1].prompt_tokens)
+    co = [c for c in res.candidates if c.colocated]
+    assert co and co[0].n_train == 4 and co[0].train.n_gpus == 4 and co[0].rollout.n_gpus == 16
+    if res.best.colocated:
+        plan = planner.to_plan(res)
+        assert (plan.n_rollout_gpus, plan.n_train_gpus) == (16, 4)
+
+
+def test_training_limit_that_fits_nothing_says_what_would(ev: CostEvaluator) -> None:
+    hist = make_history(2, n=64)
+    planner = Planner(ClusterSpec(16, "a800", "qwen3-8b", max_train_gpus=1), ev)
+    with pytest.raises(UserError, match=r"max_train_gpus 1.*it needs (\d+) .*--max-train-gpus") as exc:
+        planner.plan(hist, hist[-1].prompt_tokens)
+    msg = str(exc.value)
+    assert "\n" not in msg
+    need = int(msg.split("it needs ")[1].split()[0])
+    ok = Planner(ClusterSpec(16, "a800", "qwen3-8b", max_train_gpus=need), ev).plan(hist, hist[-1].prompt_tokens)
+    assert ok.n_train_gpus == need
+    with pytest.raises(UserError, match="max_train_gpus"):
+        ClusterSpec(4, "a800", "qwen3-8b", max_train_gpus=0)

@@ -59,7 +59,9 @@ class Plan:
     """GPU split, training strategy, rollout instances and buckets for one RL step.
 
     ``colocated`` plans run rollout and training on the same GPUs one after the other (verl's
-    hybrid engine): then ``n_rollout_gpus == n_train_gpus == cluster size``.
+    hybrid engine): then ``n_rollout_gpus`` is the cluster size and ``n_train_gpus`` too, unless
+    the training backend uses fewer (``ClusterSpec.max_train_gpus``): training then runs on the
+    first ``n_train_gpus`` of them.
     """
 
     n_rollout_gpus: int

@@ -7,6 +7,11 @@ visited exhaustively. Beyond, a coarse pass visits multiples of ``coarse_unit(N)
 times a power of two, at most 32 points), then a fine pass visits every whole-node count within
 one coarse step of the coarse best: exact when the step time has no dip narrower than a coarse
 step (both stage times are monotone in their GPU counts), a documented heuristic otherwise.
+A training backend's device limit (``ClusterSpec.max_train_gpus``, e.g. 1 for ``libra-run``'s
+single-process torch trainer) caps the grid: counts above it are dropped, the cap itself is
+visited when it falls between grid points, and the rest of the cluster goes to rollout; the
+colocated candidate then trains on the cap's devices. A plan never gives training devices its
+backend would leave idle.
 
 Branch and bound: splits are visited best-guess first; a split whose rollout time alone already
 reaches the best step found is cut, and the decision tree receives the time its training stage
@@ -177,11 +182,27 @@ class Planner:
         seq_max = max(seq, int(-(-max(stats.tail_context, 1) // 256) * 256))
         return tokens, seq, seq_max
 
+    def max_split_train(self) -> int:
+        """The most GPUs a split may give training: all but one (rollout needs a GPU), and no
+        more than the training backend can use (``ClusterSpec.max_train_gpus``)."""
+        return min(self.cluster.n_gpus - 1, self.cluster.train_gpu_cap)
+
     def n_train_grid(self) -> list[int]:
-        """Training GPU counts the outer loop visits."""
+        """Training GPU counts the outer loop visits: multiples of the unit up to
+        ``max_split_train()``, plus that cap itself when the backend's limit falls between grid
+        points (a 1-device trainer on a 48-GPU cluster still gets its split: 47:1)."""
         n = self.cluster.n_gpus
         unit = self.options.unit or train_unit(n, self.cluster.gpus_per_node)
-        return [k for k in range(unit, n, unit)]
+        return self._capped(list(range(unit, n, unit)))
+
+    def _capped(self, grid: list[int]) -> list[int]:
+        """``grid`` without the counts the training backend cannot use; when the backend's limit
+        cut some, its largest usable count is added (the split that gives rollout the most)."""
+        top = self.max_split_train()
+        kept = [k for k in grid if k <= top]
+        if top >= 1 and top < self.cluster.n_gpus - 1 and top not in kept and len(kept) < len(grid):
+            kept.append(top)
+        return kept
 
     # ---- the search ----------------------------------------------------------------------------
     def search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None = None) -> SearchResult:
@@ -220,11 +241,11 @@ class Planner:
 
         coarse = self.options.unit is None and coarse_unit(N, self.cluster.gpus_per_node)
         if coarse:
-            visit(list(range(coarse, N, coarse)))
+            visit(self._capped(list(range(coarse, N, coarse))))
             fine = train_unit(N, self.cluster.gpus_per_node)
             if cands:
                 centre = min(cands, key=Candidate.rank).n_train
-                visit([k for k in range(max(fine, centre - coarse + fine), min(N, centre + coarse), fine) if k not in visited])
+                visit([k for k in self._capped(list(range(max(fine, centre - coarse + fine), min(N, centre + coarse), fine))) if k not in visited])
         else:
             visit(self.n_train_grid())
         if self.options.mode == "sync" and self.options.colocated:
@@ -240,13 +261,15 @@ class Planner:
 
     def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float) -> Candidate | None:
         """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
-        all N, each GPU switching role through host memory twice per step (``role_change_s`` to
-        training with the chosen strategy, and back to rollout with the largest instance TP)."""
+        all N (or on as many as the training backend can use, ``ClusterSpec.train_gpu_cap``; the
+        rest wait), each GPU switching role through host memory twice per step (``role_change_s``
+        to training with the chosen strategy, and back to rollout with the largest instance TP)."""
         N = self.cluster.n_gpus
+        n_train = self.cluster.train_gpu_cap
         ro = dp.best(N)
         if ro is None or ro.makespan_s >= incumbent:
             return None
-        tree = self.tree.best(N, tokens, seq, seq_max, budget_s=incumbent - ro.makespan_s)
+        tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=incumbent - ro.makespan_s)
         if tree.best is None:
             return None
         rtp = max(i.tp for i in ro.instances)
@@ -256,9 +279,9 @@ class Planner:
         )
         trans = 0.0
         if current is not None and not current.colocated:
-            trans = transition_s(self.ev, self.cluster, current, N, tree.best, ro.instances)
+            trans = transition_s(self.ev, self.cluster, current, n_train, tree.best, ro.instances)
         st = ro.makespan_s + tree.best_time_s + switch + trans / self.options.amortize_steps
-        return Candidate(N, tree.best, tree.best_time_s, ro, switch, trans, st, colocated=True)
+        return Candidate(n_train, tree.best, tree.best_time_s, ro, switch, trans, st, colocated=True)
 
     def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:
         """Splits in the order the outer loop visits them: a good incumbent early makes the
@@ -336,6 +359,8 @@ class Planner:
                         return (f"{name}: training sequences of {seq_max} tokens fit no TP/PP/DP strategy ({line}); "
                                 f"plan from a trace with shorter sequences (--trace), or use a GPU with more memory "
                                 f"(context parallelism is not modelled)")
+                    if self.cluster.train_gpu_cap < n:
+                        return self._cap_too_small(name, stats, biggest, line)
                     return f"{name}: training does not fit on {biggest} GPUs ({line}); use more GPUs or a bigger GPU"
             except ValueError:
                 pass
@@ -344,7 +369,27 @@ class Planner:
             return (f"{name}: the longest expected trajectory ({stats.tail_context} tokens) exceeds any rollout instance's KV cache "
                     f"({kv} tokens at the best TP); use a GPU with more memory")
         why = tree.why_none() if tree is not None else "no candidate"
+        if self.cluster.train_gpu_cap < n:
+            return self._cap_too_small(name, stats, biggest, why)
         return f"{name}: no split fits ({why}); use more GPUs or a bigger GPU"
+
+    def _cap_too_small(self, name: str, stats: WorkloadStats, cap: int, why: str) -> str:
+        """The message when the training backend's device limit is what makes nothing fit: the
+        smallest training GPU count above it that has a fitting strategy (what would work)."""
+        tokens, seq, seq_max = self.train_shape(stats)
+        n = self.cluster.n_gpus
+        unit = self.options.unit or train_unit(n, self.cluster.gpus_per_node)
+        for k in sorted({*range(unit, n, unit), n}):
+            if k <= cap:
+                continue
+            best = self.tree.best(k, tokens, seq, seq_max).best
+            if best is not None:
+                return (f"{name}: training fits no strategy on the {cap} device(s) the training backend can use "
+                        f"(max_train_gpus {self.cluster.max_train_gpus}: {why}); it needs {k} (e.g. tp={best.tp} pp={best.pp} "
+                        f"dp={best.dp} zero={best.zero_stage}): use a backend that runs {k} devices (libra-run --trainer deepspeed) "
+                        f"or raise the limit (libra-sim --max-train-gpus {k})")
+        return (f"{name}: training fits no strategy on the {cap} device(s) the training backend can use "
+                f"(max_train_gpus {self.cluster.max_train_gpus}: {why}), nor on all {n}; use more GPUs or a bigger GPU")
 
 
 @dataclass
