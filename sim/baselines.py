@@ -21,7 +21,10 @@ are candidates (vLLM refuses a ``max_model_len`` above its KV capacity). For eac
 makespan lower bound of ``sim.bounds`` applied to the prior step and the training with the
 policy core's decision tree (``libra.planner.decision_tree``), and pick the fastest synchronous
 step. Any of ``--split``, ``--rollout-tp``, ``--train-tp``, ``--train-pp``, ``--train-ep``,
-``--micro-batch`` pins that choice instead.
+``--micro-batch`` pins that choice instead. A training backend's device limit
+(``ClusterSpec.max_train_gpus``, ``--max-train-gpus``) bounds their training side exactly as it
+bounds Libra's planner: splits give training at most that many GPUs (the rest roll out), and
+``verl-colocated`` trains on that many of its GPUs.
 """
 
 from __future__ import annotations
@@ -126,14 +129,30 @@ class _Chooser:
         return tps
 
     def splits(self) -> list[int]:
+        """Rollout GPU counts to consider: whole nodes (any count on a single node), never leaving
+        training more GPUs than its backend can use (``ClusterSpec.max_train_gpus``, the same
+        limit Libra's planner honours); when that limit cuts every node-aligned split, the split
+        that gives training exactly the limit."""
         n, g = self.cluster.n_gpus, self.cluster.gpus_per_node
+        cap = self.cluster.train_gpu_cap
         if self.pins.split is not None:
             r, t = self.pins.split
             if r + t != n or r < 1 or t < 1:
                 raise UserError(f"--split {r}:{t} must be two positive GPU counts summing to --gpus {n}")
+            if t > cap:
+                raise UserError(f"--split {r}:{t} gives training {t} GPUs but its backend uses at most {cap} (--max-train-gpus); "
+                                f"e.g. --split {n - cap}:{cap}")
             return [r]
         cands = [r for r in range(g, n, g)] or [r for r in range(1, n)]
-        return cands
+        kept = [r for r in cands if n - r <= cap]
+        if not kept and 1 <= cap < n:
+            kept = [n - cap]
+        return kept
+
+    def train_gpus(self, rollout_gpus: int, colocated: bool) -> int:
+        """GPUs training runs on: the rest of the cluster, or (colocated) every GPU its backend
+        can use."""
+        return self.cluster.train_gpu_cap if colocated else self.cluster.n_gpus - rollout_gpus
 
     def train_config(self, n_gpus: int, tokens: int, seq_len: int, seq_max: int) -> tuple[TrainConfig, float] | None:
         """The fastest training strategy on ``n_gpus`` honouring the pins (None: none fits).
@@ -233,7 +252,7 @@ class StaticPolicy:
         splits = [n] if self.colocated else ch.splits()
         tried: list[str] = []
         for r in splits:
-            t_gpus = n if self.colocated else n - r
+            t_gpus = ch.train_gpus(r, self.colocated)
             tc = ch.train_config(t_gpus, tokens, seq_len, seq_max)
             if tc is None:
                 tried.append(f"{r}:{t_gpus} ({ch.no_fit_message(t_gpus, tokens, seq_len, seq_max)})")
@@ -256,10 +275,21 @@ class StaticPolicy:
         return self._replay_shortlist(plans)
 
     def _what_would_fit(self, ch: _Chooser, tokens: int, seq_len: int, seq_max: int, tried: list[str]) -> str:
-        """Why nothing fits, and the smallest cluster (whole nodes, up to 64) that would."""
+        """Why nothing fits, and what would: the smallest training GPU count above the training
+        backend's limit when that limit is what cuts every strategy, else the smallest cluster
+        (whole nodes, up to 64)."""
         g = self.cluster.gpus_per_node
         head = f"no training strategy fits {self.cluster.model} on {self.cluster.n_gpus} x {self.cluster.gpu}"
         why = f" ({tried[-1]})" if tried else ""
+        cap = self.cluster.train_gpu_cap
+        if cap < self.cluster.n_gpus:
+            top = self.cluster.n_gpus if self.colocated else self.cluster.n_gpus - 1
+            for t in range(cap + 1, top + 1):
+                tc = ch.train_config(t, tokens, seq_len, seq_max)
+                if tc is not None:
+                    cfg = tc[0]
+                    return (f"{head} with training on at most {cap} GPU(s) (--max-train-gpus){why}; training needs {t} "
+                            f"(e.g. tp={cfg.tp} pp={cfg.pp} dp={cfg.dp} zero={cfg.zero_stage}): try --max-train-gpus {t}")
         for nodes in range(1, 65):
             t = nodes * g
             tc = ch.train_config(t, tokens, seq_len, seq_max)
@@ -274,7 +304,7 @@ class StaticPolicy:
         n = self.cluster.n_gpus
         return Plan(
             n_rollout_gpus=r,
-            n_train_gpus=n if self.colocated else n - r,
+            n_train_gpus=self.cluster.train_gpu_cap if self.colocated else n - r,
             train=cfg,
             instances=uniform_instances(r, tp, self.cluster.gpus_per_node),
             buckets=(Bucket(0, tp, 0, None),),

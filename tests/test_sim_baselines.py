@@ -99,3 +99,25 @@ def test_a_known_context_limit_reaches_the_baselines_prior(costs) -> None:  # ty
     q = resolve("verl-static-uniform", CLUSTER, costs=costs).plan(CLUSTER, (), a.prompt_tokens)
     assert "max context 4096" in str(p.notes["chosen_by"]) and "max context 32768" in str(q.notes["chosen_by"])
     assert p.predicted_rollout_s < q.predicted_rollout_s
+
+
+def test_training_device_limit_binds_the_baselines_as_it_binds_libra(costs) -> None:  # type: ignore[no-untyped-def]
+    """``ClusterSpec.max_train_gpus``: the static splits give training at most that many GPUs
+    (the rest roll out), verl-colocated trains on that many, a pinned split above it is refused
+    with the split that would work, and a limit no strategy fits names the count that would."""
+    a = make_step(0, 32, seed=1)
+    free = resolve("verl-static-uniform", CLUSTER, costs=costs).plan(CLUSTER, (), a.prompt_tokens)
+    assert free.n_train_gpus == 8  # whole-node splits on 2 nodes: 8:8
+    capped = replace(CLUSTER, max_train_gpus=4)
+    p = resolve("verl-static-uniform", capped, costs=costs).plan(capped, (), a.prompt_tokens)
+    assert (p.n_rollout_gpus, p.n_train_gpus) == (12, 4) and p.train.n_gpus == 4
+    assert sum(i.tp for i in p.instances) <= 12
+    c = resolve("verl-colocated", capped, costs=costs).plan(capped, (), a.prompt_tokens)
+    assert c.colocated and (c.n_rollout_gpus, c.n_train_gpus) == (16, 4) and c.train.n_gpus == 4
+    res = replay_policy([a], "verl-colocated", capped, SimConfig(noise_sigma=0.0), costs=costs)
+    assert res.steps[0].n_train_gpus == 4 and res.steps[0].completed == res.steps[0].n_traj
+    with pytest.raises(UserError, match=r"--split 12:4"):
+        resolve("verl-static-uniform", capped, costs=costs, split=(8, 8)).plan(capped, (), a.prompt_tokens)
+    one = replace(CLUSTER, max_train_gpus=1)  # 14B does not train on one A800
+    with pytest.raises(UserError, match=r"training needs (\d+) .*try --max-train-gpus \1$"):
+        resolve("verl-static-uniform", one, costs=costs).plan(one, (), a.prompt_tokens)

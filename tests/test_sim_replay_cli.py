@@ -91,3 +91,25 @@ def test_max_context_scales_the_first_steps_prior(tmp_path: Path) -> None:
     plain, capped = docs
     assert plain["completed"] == capped["completed"] == 48
     assert plain["train_s"][0] != capped["train_s"][0] or plain["rollout_makespan_s"][0] != capped["rollout_makespan_s"][0]
+
+
+def test_max_train_gpus_bounds_every_policys_training(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--max-train-gpus`` (what libra-run's fidelity replay passes for its 1-worker trainer):
+    no policy's plan gives training more GPUs; one that makes nothing fit exits 2 naming the
+    count that would."""
+    import csv
+
+    tr = _trace(tmp_path / "t.jsonl")
+    for policy in ("libra", "verl-static-uniform", "verl-colocated"):
+        out = tmp_path / policy
+        assert main(["replay", str(tr), "--gpus", "16", "--policy", policy, "--max-train-gpus", "8", "--noise", "0", "--out", str(out)]) == 0
+        rows = list(csv.DictReader((out / "steps.csv").open()))
+        assert rows and all(int(r["n_train_gpus"]) <= 8 for r in rows), policy
+        for r in rows:  # a split gives the rest to rollout; a colocated plan (switch_s > 0) rolls out on all 16
+            colocated = float(r["switch_s"]) > 0
+            assert int(r["n_rollout_gpus"]) == (16 if colocated else 16 - int(r["n_train_gpus"])), (policy, r)
+            assert colocated == (policy == "verl-colocated") or policy == "libra"
+    capsys.readouterr()
+    assert main(["replay", str(tr), "--gpus", "16", "--policy", "libra", "--max-train-gpus", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-train-gpus" in err and "Traceback" not in err and err.count("\n") == 1

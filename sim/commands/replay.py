@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-context", type=_positive_int, default=None, metavar="TOKENS",
                    help="a hard context limit of the workload: the first step's length prior is scaled into it "
                         "(libra-run's fidelity replay passes its max_context)")
+    p.add_argument("--max-train-gpus", type=_positive_int, default=None, metavar="N",
+                   help="the most GPUs the training backend can use (e.g. 1 for a single-process trainer): no policy gives "
+                        "training more, the rest roll out (libra-run's fidelity replay passes 1 for its torch trainer)")
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="operator calibration file (`libra-calibrate fit` output) for the cost evaluator, e.g. one profiled "
                         "on this CPU for --gpu cpu (default: the GPU's bundled calibration, else the roofline)")
@@ -194,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     meta = getattr(header, "metadata", {}) or {}
     gpu = args.gpu or meta.get("gpu") or "a800"
     model = _model_name(args.model, getattr(header, "model", None))
-    cluster = ClusterSpec(args.gpus, gpu, model, args.gpus_per_node, max_context=args.max_context)
+    cluster = ClusterSpec(args.gpus, gpu, model, args.gpus_per_node, max_context=args.max_context, max_train_gpus=args.max_train_gpus)
     costs = load_costs(gpu, model, args.gpus_per_node, args.calibration)
     names = policy_names()
     if args.compare:
