@@ -59,8 +59,11 @@ class Runner:
         os.makedirs(self.out, exist_ok=True)
         self.ckpt = os.path.join(self.out, "ckpt")
         self._check_context_window()
-        # the run's context cap is a hard limit: the first step's length prior is scaled into it
-        self.cluster = ClusterSpec(cfg.devices, cfg.gpu_name, self.model_cfg, cfg.per_node, max_context=cfg.max_context)
+        # the run's context cap is a hard limit: the first step's length prior is scaled into it;
+        # the torch trainer is one worker, so the planner gives training one device and the rest
+        # to rollout (deepspeed runs the plan's DP: no limit)
+        self.cluster = ClusterSpec(cfg.devices, cfg.gpu_name, self.model_cfg, cfg.per_node, max_context=cfg.max_context,
+                                   max_train_gpus=self._max_train_gpus())
         self.use_gpu = cfg.device == "cuda"
         self.engines: dict[int, Any] = {}
         self.instances: dict[int, Any] = {}
@@ -111,6 +114,10 @@ class Runner:
         return {"model_dir": self.model_dir, "backend": self.cfg.trainer, "zero_stage": self.cfg.zero_stage or plan.train.zero_stage,
                 "lr": self.cfg.lr, "clip": self.cfg.clip, "kl_coef": self.cfg.kl_coef, "mini_batches": self.cfg.mini_batches,
                 "seed": self.cfg.seed, "device": self.cfg.device, "threads": self.cfg.threads}
+
+    def _max_train_gpus(self) -> int | None:
+        """The most devices the training backend uses: the torch trainer is a single worker."""
+        return 1 if self.cfg.trainer == "torch" else None
 
     def _train_world(self, plan: Plan) -> int:
         return max(1, plan.train.dp) if self.cfg.trainer == "deepspeed" else 1
@@ -369,10 +376,12 @@ class Runner:
                 plan_s = time.perf_counter() - t0
                 self.log(f"step {step} plan ({cfg.policy}): {self._plan_text(plan)}")
                 setup_s = self._place(plan)
+                # planners give the torch trainer one device (ClusterSpec.max_train_gpus); a pinned split may still give more
                 if cfg.trainer == "torch" and not plan.colocated and plan.n_train_gpus > 1 and not self._warned_idle_train:
                     self._warned_idle_train = True
-                    self.log(f"the plan gives training {plan.n_train_gpus} devices (DP {plan.train.dp}); the torch trainer is one worker "
-                             f"and uses 1, so {plan.n_train_gpus - 1} idle (trainer: deepspeed runs the plan's DP; split pins the division)")
+                    how = f"split {cfg.split} gives" if cfg.split_pair() is not None else "the plan gives"
+                    self.log(f"{how} training {plan.n_train_gpus} devices (DP {plan.train.dp}); the torch trainer is one worker "
+                             f"and uses 1, so {plan.n_train_gpus - 1} idle (trainer: deepspeed runs the plan's DP)")
                 sched = policy.scheduler(plan)
                 pool = self._tune_pool(policy.pool(plan))
                 kills = [(float(f.get("at_s", 1.0)), int(f.get("instance", 0))) for f in cfg.faults if f["kill"] == "rollout" and f["step"] == step]
@@ -438,7 +447,8 @@ class Runner:
                 streamed = any(float(r.get("streaming") or 0) for r in self.rows)
                 fid = replay_fidelity(self.out, os.path.join(self.out, "trace.jsonl"), self.rows, cfg.devices, cfg.per_node, cfg.gpu_name,
                                       self.model_cfg, cfg.policy, calibration=cfg.calibration, streaming=streamed,
-                                      mini_batches=cfg.mini_batches, max_context=cfg.max_context)
+                                      mini_batches=cfg.mini_batches, max_context=cfg.max_context,
+                                      max_train_gpus=self._max_train_gpus())
                 summary["fidelity"] = fid
             except Exception as exc:  # the run itself succeeded; say why the comparison did not
                 self.log(f"replay comparison failed: {exc}")

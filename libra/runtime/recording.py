@@ -103,7 +103,7 @@ def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]]) -> list[str]:
 
 def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], devices: int, per_node: int, gpu: str, model: str,
                     policy: str, timeout_s: float = 600, calibration: str | None = None, streaming: bool = False,
-                    mini_batches: int = 1, max_context: int | None = None) -> list[dict[str, Any]]:
+                    mini_batches: int = 1, max_context: int | None = None, max_train_gpus: int | None = None) -> list[dict[str, Any]]:
     """Replay ``trace`` with ``libra-sim replay`` on the same devices and policy (no noise) and
     write ``fidelity.csv``: measured and simulated rollout/train/step seconds per step.
 
@@ -116,6 +116,9 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
     step is rollout + train - train_overlap_s + sync. The simulated step is the simulator's own
     ``step_s`` when streaming (its training overlaps its rollout), else rollout + train + sync.
 
+    ``max_train_gpus`` (1 for the torch trainer, a single worker) is passed on as
+    ``--max-train-gpus``, so the replay's policy plans for the same training backend the run had.
+
     Run as a subprocess: the simulator is its own program and the runtime does not import it.
     """
     rdir = os.path.join(out_dir, "replay")
@@ -125,6 +128,8 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
     cmd += ["--streaming", "--mini-batches", str(max(1, mini_batches))] if streaming else ["--mini-batches", "1"]
     if max_context:  # the run planned its first step with the prior scaled into its context cap
         cmd += ["--max-context", str(int(max_context))]
+    if max_train_gpus:  # the run's training backend uses at most this many devices
+        cmd += ["--max-train-gpus", str(int(max_train_gpus))]
     if calibration:
         cmd += ["--calibration", os.path.abspath(calibration)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
