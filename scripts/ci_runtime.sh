@@ -51,5 +51,5 @@ if [ "${LIBRA_CI_VLLM:-1}" != "0" ]; then
   fi
   VLLM_CPU_KVCACHE_SPACE=1 "$VLLM_VENV/bin/python" -m pytest -p no:cacheprovider tests/runtime/test_run_e2e.py -k vllm
   t4=$(t)
-  echo "ci_runtime: vLLM end-to-end test: $((t4 - t3)) s"
+  echo "ci_runtime: vLLM tests (end-to-end run, TP-2 instance): $((t4 - t3)) s"
 fi

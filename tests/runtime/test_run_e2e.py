@@ -148,3 +148,26 @@ def test_ctrl_c_stops_cleanly(tmp_path) -> None:
     assert not left_ray, f"Ray processes of the run left behind: {left_ray}"
     new = {f for f in _shm() - before if "vllm" in f or f.startswith("psm_") or f.startswith("torch_")}
     assert not new, f"/dev/shm files left: {sorted(new)}"
+
+
+@needs_vllm
+def test_vllm_cpu_tensor_parallel_2_matches_the_torch_engine() -> None:
+    """A plan's TP-2 rollout instance on CPU: vLLM shards the model over two workers (their
+    threads unbound: one NUMA node) and generates what the unsharded torch engine does (greedy)."""
+    from libra.runtime.engines.base import TurnRequest
+    from libra.runtime.engines.torch_engine import TorchEngine
+    from libra.runtime.engines.vllm_engine import VLLMEngine
+    from libra.runtime.protocol import prompt_text
+    from libra.runtime.tiny_model import DEFAULT_DIR, encode
+
+    ref = TorchEngine(DEFAULT_DIR, seed=0)
+    reqs = [TurnRequest(f"t{i}", tuple(encode(ref.tokenizer, prompt_text(q))), 24, temperature=0.0)
+            for i, q in enumerate(["Compute 12*34+5.", "What is the capital of Fenvimir?"])]
+    want = ref.generate(reqs)
+    eng = VLLMEngine(DEFAULT_DIR, tp=2, max_context=512)
+    try:
+        got = eng.generate(reqs)
+    finally:
+        eng.shutdown()
+    assert [g.tokens for g in got] == [w.tokens for w in want]
+    assert all(g.finish in ("stop", "length") for g in got)
