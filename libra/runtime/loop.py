@@ -330,7 +330,7 @@ class Runner:
 
         from cost_models import CostEvaluator
         from libra.runtime.grpo import Sample, group_advantages
-        from libra.runtime.policyglue import make_policy, pin_plan, pool_summary
+        from libra.runtime.policyglue import describe_plan, make_policy, pin_plan, pool_summary
         from libra.runtime.recording import plot_steps, replay_fidelity, write_run_trace, write_steps_csv
         from libra.runtime.rollout import Rollout
         from libra.runtime.tiny_model import encode
@@ -374,7 +374,7 @@ class Runner:
                 plan = pin_plan(plan, cfg.split_pair(), cfg.bucket_bounds, cfg.per_node)
                 self.plan = plan
                 plan_s = time.perf_counter() - t0
-                self.log(f"step {step} plan ({cfg.policy}): {self._plan_text(plan)}")
+                self.log(f"step {step} plan ({cfg.policy}): {describe_plan(plan)}")
                 setup_s = self._place(plan)
                 # planners give the torch trainer one device (ClusterSpec.max_train_gpus); a pinned split may still give more
                 if cfg.trainer == "torch" and not plan.colocated and plan.n_train_gpus > 1 and not self._warned_idle_train:
@@ -468,21 +468,6 @@ class Runner:
         if isinstance(window, (int, float)) and self.cfg.max_context > window:
             raise UserError(f"max_context {self.cfg.max_context} exceeds the model's context window (max_position_embeddings "
                             f"{int(window)} in {self.model_cfg}); use max_context <= {int(window)}")
-
-    @staticmethod
-    def _plan_text(plan: Plan) -> str:
-        """One line: the split, rollout instances and buckets, the training strategy, predictions."""
-        if plan.colocated:
-            split = f"colocated on {plan.n_rollout_gpus} devices"
-        else:
-            split = f"split {plan.n_rollout_gpus}:{plan.n_train_gpus}"
-        buckets = ", ".join(f"b{b.index} TP{b.tp} [{b.min_context}, {'inf' if b.max_context is None else b.max_context})" for b in plan.buckets)
-        tps = "/".join(str(i.tp) for i in plan.instances)
-        t = plan.train
-        prior = plan.notes.get("from_prior")
-        origin = "" if prior is None else (" (from the length prior)" if prior else " (from measured steps)")
-        return (f"{split}; rollout instances TP {tps}; buckets {buckets}; training TP{t.tp} PP{t.pp} DP{t.dp} ZeRO-{t.zero_stage}; "
-                f"predicted rollout {plan.predicted_rollout_s:.2f} s, train {plan.predicted_train_s:.2f} s{origin}")
 
     def _eval_temperature(self) -> float:
         t = self.cfg.eval_temperature

@@ -90,3 +90,19 @@ def pool_summary(steps: int, steps_with_pool: int, consulted: int, consulted_tra
     if lent == 0 and declined == 0 and streaming:
         return head + ": its rules (idle for grace_s, not a bucket's last instance, remaining rollout worth the role-change round trip) never held"
     return head
+
+
+def describe_plan(plan: Plan) -> str:
+    """One log line: the split, rollout instances and buckets, the training strategy and the
+    plan's predictions (and whether they come from the length prior or measured steps)."""
+    if plan.colocated:
+        split = f"colocated on {plan.n_rollout_gpus} devices"
+    else:
+        split = f"split {plan.n_rollout_gpus}:{plan.n_train_gpus}"
+    buckets = ", ".join(f"b{b.index} TP{b.tp} [{b.min_context}, {'inf' if b.max_context is None else b.max_context})" for b in plan.buckets)
+    tps = "/".join(str(i.tp) for i in plan.instances)
+    t = plan.train
+    prior = plan.notes.get("from_prior")
+    origin = "" if prior is None else (" (from the length prior)" if prior else " (from measured steps)")
+    return (f"{split}; rollout instances TP {tps}; buckets {buckets}; training TP{t.tp} PP{t.pp} DP{t.dp} ZeRO-{t.zero_stage}; "
+            f"predicted rollout {plan.predicted_rollout_s:.2f} s, train {plan.predicted_train_s:.2f} s{origin}")

@@ -110,6 +110,10 @@ def test_pin_plan_split_and_buckets() -> None:
     assert [b.max_context for b in p.buckets] == [40, None]
     assert sorted(i.bucket for i in p.instances) == [0, 1]
     assert prompt_text("q").startswith("<|im_start|>user\nq")
+    from libra.runtime.policyglue import describe_plan
+
+    line = describe_plan(p)  # the run's per-step plan log line
+    assert line.startswith("split 2:2; rollout instances TP 1/1; buckets b0 TP1 [0, 40), b1 TP1 [40, inf); training TP1 PP1 DP2")
 
 
 def test_cli_reports_bad_input_in_one_line(tmp_path, capsys) -> None:
