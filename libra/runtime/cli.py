@@ -14,29 +14,23 @@ import sys
 from typing import Any
 
 from libra.errors import UserError
-from libra.runtime.config import KEYS
+from libra.runtime.config import KEYS, key_types
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="libra-run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default=None, help="YAML (.yaml/.yml) or TOML (.toml) file of run keys")
     p.add_argument("--json", default=None, metavar="FILE", help="write the run summary as JSON here")
-    for key, (default, help_) in KEYS.items():
+    types = key_types()  # from RunConfig's annotations, so a key whose default is None parses too
+    for key, (_default, help_) in KEYS.items():
         flag = "--" + key.replace("_", "-")
-        if isinstance(default, bool):
+        kind = types[key]
+        if kind is bool:
             p.add_argument(flag, dest=key, default=None, action=argparse.BooleanOptionalAction, help=help_)
-        elif isinstance(default, (list, dict)):
+        elif kind in (list, dict):
             p.add_argument(flag, dest=key, default=None, type=_json_arg, help=help_ + " (JSON)")
-        elif isinstance(default, int):
-            p.add_argument(flag, dest=key, default=None, type=int, help=help_)
-        elif isinstance(default, float):
-            p.add_argument(flag, dest=key, default=None, type=float, help=help_)
-        elif key in ("zero_stage",):
-            p.add_argument(flag, dest=key, default=None, type=int, help=help_)
-        elif key in ("bucket_bounds",):  # a list whose default is None
-            p.add_argument(flag, dest=key, default=None, type=_json_arg, help=help_ + " (JSON)")
-        elif key in ("eval_temperature",):
-            p.add_argument(flag, dest=key, default=None, type=float, help=help_)
+        elif kind in (int, float):
+            p.add_argument(flag, dest=key, default=None, type=kind, help=help_)
         else:
             p.add_argument(flag, dest=key, default=None, help=help_)
     return p

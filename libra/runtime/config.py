@@ -133,6 +133,22 @@ class RunConfig:
         return a, b
 
 
+def key_types() -> dict[str, type]:
+    """Each key's value type (``bool``, ``int``, ``float``, ``str``, ``list`` or ``dict``), read from
+    ``RunConfig``'s annotations with ``None`` dropped: the one place flags and files learn how to
+    read a value, whatever its default."""
+    import types
+    import typing
+
+    out: dict[str, type] = {}
+    for name, hint in typing.get_type_hints(RunConfig).items():
+        if typing.get_origin(hint) in (typing.Union, types.UnionType):  # X | None
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        base = typing.get_origin(hint) or hint
+        out[name] = base if base in (bool, int, float, str, list, dict) else str
+    return out
+
+
 def _check(cfg: RunConfig, src: str) -> RunConfig:
     def bad(key: str, rule: str) -> UserError:
         return UserError(f"{src}: key '{key}': {rule}")
@@ -212,19 +228,10 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None) -> Ru
     merged = {**data, **{k: v for k, v in (overrides or {}).items() if v is not None}}
     names = {f.name for f in fields(RunConfig)}
     cfg = RunConfig(**{k: v for k, v in merged.items() if k in names})
-    if isinstance(cfg.lr, int):
-        cfg.lr = float(cfg.lr)
-    for k in ("pool_grace_s", "pool_min_tail_s", "pool_payoff_factor"):  # a CLI flag arrives as text
+    for k, kind in key_types().items():  # YAML/TOML write 1 for 1.0: widen ints of float keys
         v = getattr(cfg, k)
-        if isinstance(v, str):
-            try:
-                setattr(cfg, k, float(v))
-            except ValueError:
-                raise UserError(f"config {src}: key '{k}': must be a number >= 0, got {v!r}") from None
-        elif isinstance(v, int) and not isinstance(v, bool):
+        if kind is float and isinstance(v, int) and not isinstance(v, bool):
             setattr(cfg, k, float(v))
-    if isinstance(cfg.eval_temperature, int) and not isinstance(cfg.eval_temperature, bool):
-        cfg.eval_temperature = float(cfg.eval_temperature)
     if cfg.out:
         cfg.out = os.path.expanduser(cfg.out)
     return _check(cfg, src)
