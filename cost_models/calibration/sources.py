@@ -2,7 +2,7 @@
 
 Why one table: ``fit`` (to rebuild the bundled files), ``report`` (to refit on held-out splits)
 and the docs must agree on which folder fed which GPU. Paths are relative to the calibration
-root (the project's ``shared/calibration``).
+root (by default the copy of the measured tables bundled in ``cost_models/data/measured``).
 """
 
 from __future__ import annotations
@@ -25,9 +25,15 @@ NCCL_LOGS_GPU = "a100"
 ENV_VAR = "LIBRA_CALIBRATION_DATA"
 
 
+#: The measured tables this project is fitted on, shipped in the package (a copy of the
+#: project's shared/calibration with each source's licence; see data/measured/README.md), so
+#: ``fit`` and ``report`` work from a fresh clone with no folder outside the repository.
+BUNDLED_DATA = Path(__file__).resolve().parents[1] / "data" / "measured"
+
+
 def find_calibration_root(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The measured-data root: ``explicit``, else ``$LIBRA_CALIBRATION_DATA``, else a
-    ``shared/calibration`` folder in or next to the working directory or the repository."""
+    """The measured-data root: ``explicit``, else ``$LIBRA_CALIBRATION_DATA``, else the copy
+    bundled in the package (``cost_models/data/measured``)."""
     if explicit is not None:
         root = Path(explicit)
         if not root.is_dir():
@@ -39,12 +45,9 @@ def find_calibration_root(explicit: str | os.PathLike[str] | None = None) -> Pat
         if not root.is_dir():
             raise CostModelError(f"${ENV_VAR}={env}: folder not found")
         return root
-    repo = Path(__file__).resolve().parents[2]
-    for base in (Path.cwd(), Path.cwd().parent, repo, repo.parent):
-        cand = base / "shared" / "calibration"
-        if (cand / "aiconfigurator").is_dir():
-            return cand
+    if (BUNDLED_DATA / "aiconfigurator").is_dir():
+        return BUNDLED_DATA
     raise CostModelError(
-        f"measured calibration data not found: pass --data-root DIR or set ${ENV_VAR} "
-        "(the folder holding aiconfigurator/, vidur/, echo/)"
+        f"measured calibration data not found: the package's {BUNDLED_DATA} is missing (a broken install?); "
+        f"pass --data-root DIR or set ${ENV_VAR} (the folder holding aiconfigurator/, vidur/, echo/)"
     )
