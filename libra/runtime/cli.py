@@ -24,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     types = key_types()  # from RunConfig's annotations, so a key whose default is None parses too
     for key, (_default, help_) in KEYS.items():
         flag = "--" + key.replace("_", "-")
+        help_ = help_.replace("%", "%%")  # argparse formats help with %: a literal % would print its internals
         kind = types[key]
         if kind is bool:
             p.add_argument(flag, dest=key, default=None, action=argparse.BooleanOptionalAction, help=help_)
@@ -48,8 +49,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from libra.runtime.config import load_config
 
+        from libra.paths import check_output_dir, check_output_file
+
         overrides = {k: getattr(args, k) for k in KEYS}
         cfg = load_config(args.config, overrides)
+        # outputs first: a run must not end, minutes later, on a folder it cannot write
+        cfg.out = check_output_dir(cfg.out, "--out" if args.out is not None else "out")
+        if args.json:
+            check_output_file(args.json, "--json")
         import importlib.util
 
         missing = [m for m in ("ray", "torch", "transformers") if importlib.util.find_spec(m) is None]
@@ -70,17 +77,27 @@ def main(argv: list[str] | None = None) -> int:
     return 130 if summary.get("interrupted") else 0
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
+def _print_summary(summary: dict[str, Any], max_rows: int = 12) -> None:
+    """The end-of-run summary: the per-step table (first and last steps only on a long run: the
+    whole table is steps.csv), one fidelity line (per step: fidelity.csv), the held-out result."""
+    from libra.runtime.recording import fidelity_line
+
     rows = summary.get("rows") or []
     if rows:
         print(f"{'step':>4} {'reward':>7} {'rollout_s':>9} {'train_s':>8} {'sync_s':>7} {'step_s':>7} {'gen_tok/s':>9} {'migr':>5} {'split':>6}")
-        for r in rows:
+        shown = rows if len(rows) <= max_rows else [*rows[: max_rows // 2], None, *rows[-(max_rows // 2):]]
+        for r in shown:
+            if r is None:
+                print(f"{'...':>4} ({len(rows) - 2 * (max_rows // 2)} more steps in steps.csv)")
+                continue
             print(f"{int(r['step']):>4} {float(r['reward_mean']):>7.3f} {float(r['rollout_s']):>9.2f} {float(r['train_s']):>8.2f} "
                   f"{float(r['sync_s']):>7.2f} {float(r['step_s']):>7.2f} {float(r['gen_tok_s']):>9.0f} {int(float(r['migrations'])):>5} "
                   f"{int(float(r['n_rollout']))}:{int(float(r['n_train']))}")
-    for f in summary.get("fidelity") or []:
-        print(f"step {f['step']}: measured {f['measured_step_s']:.2f} s vs libra-sim replay {f['sim_step_s']:.2f} s "
-              f"(rollout {f['measured_rollout_s']:.2f}/{f['sim_rollout_s']:.2f}, train {f['measured_train_s']:.2f}/{f['sim_train_s']:.2f})")
+    fid = summary.get("fidelity") or []
+    if fid:
+        print(f"libra-sim replay of the run's trace, {fidelity_line(fid)} (per step: fidelity.csv, fidelity.png)")
+    elif summary.get("fidelity_error"):
+        print(f"libra-sim replay of the run's trace failed: {summary['fidelity_error']}")
     held = summary.get("heldout") or {}
     if held.get("before") and held.get("after"):
         b, a = held["before"], held["after"]
@@ -91,7 +108,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         if kinds:
             print("  by task kind: " + ", ".join(f"{k} {b['reward_' + k]:.3f} -> {a['reward_' + k]:.3f}" for k in kinds))
     if summary.get("out"):
-        print(f"outputs in {summary['out']}")
+        wall = f" ({summary['wall_s']:.0f} s)" if summary.get("wall_s") else ""
+        print(f"outputs in {summary['out']}{wall}")
 
 
 if __name__ == "__main__":

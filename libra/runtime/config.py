@@ -5,6 +5,7 @@ table). Unknown keys and bad values are ``UserError``s naming the file and key.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -50,6 +51,7 @@ KEYS: dict[str, tuple[Any, str]] = {
     "tool_memory_mb": (512, "python tool address-space limit"),
     "tool_output_bytes": (512, "python tool output cap (more: error, truncated)"),
     "checkpoint_every": (1, "checkpoint the trainer every N steps (0: never)"),
+    "keep_checkpoints": (2, "checkpoints kept in OUT/ckpt, the newest ones (older ones are deleted after each save)"),
     "resume": (False, "resume from the newest checkpoint in OUT/ckpt"),
     "out": ("out/run", "output folder: trace.jsonl, steps.csv, plots, fidelity.csv, ckpt/"),
     "replay": (True, "after the run, replay trace.jsonl with libra-sim on the same devices and write fidelity.csv"),
@@ -102,6 +104,7 @@ class RunConfig:
     tool_memory_mb: int = 512
     tool_output_bytes: int = 512
     checkpoint_every: int = 1
+    keep_checkpoints: int = 2
     resume: bool = False
     out: str = "out/run"
     replay: bool = True
@@ -149,49 +152,141 @@ def key_types() -> dict[str, type]:
     return out
 
 
-def _check(cfg: RunConfig, src: str) -> RunConfig:
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric key accepts: ``lo``/``hi`` bounds (None: unbounded), ``lo_open``
+    for a strict lower bound, ``integer`` for whole numbers. Every int and float key has one
+    (``RANGES``; a test checks none is missing), so a bad number is refused before Ray starts
+    instead of failing inside an actor."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    integer: bool = False
+
+    def ok(self, v: Any) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return False
+        if self.integer and not isinstance(v, int):
+            return False
+        if not math.isfinite(v):
+            return False
+        if self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo):
+            return False
+        return self.hi is None or v <= self.hi
+
+    def text(self) -> str:
+        kind = "an integer" if self.integer else "a number"
+        lo = None if self.lo is None else (f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}")
+        if self.hi is None:
+            return f"{kind} {lo}" if lo else kind
+        if lo is None:
+            return f"{kind} <= {self.hi:g}"
+        return f"{kind} in {'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
+
+
+_INT1 = Range(1, integer=True)
+#: key -> the values it accepts (None is accepted where the key's default is None).
+RANGES: dict[str, Range] = {
+    "zero_stage": Range(1, 3, integer=True),
+    "devices": Range(2, integer=True),  # one for rollout, one for training
+    "devices_per_node": _INT1,
+    "steps": _INT1,
+    "prompts_per_step": _INT1,
+    "group_size": Range(2, integer=True),  # GRPO normalizes within a group
+    "seed": Range(0, integer=True),
+    "temperature": Range(0, 100),  # 0: greedy
+    "max_new_tokens": _INT1,
+    "max_tool_calls": _INT1,
+    "max_context": Range(16, integer=True),  # below this no prompt of the bundled tasks fits
+    "max_batch": _INT1,
+    "lr": Range(0, 1, lo_open=True),
+    "clip": Range(0, 1, lo_open=True),
+    "kl_coef": Range(0),
+    "mini_batches": _INT1,
+    "pool_grace_s": Range(0),
+    "pool_min_tail_s": Range(0),
+    "pool_payoff_factor": Range(0),
+    "tool_timeout_s": Range(0, 3600, lo_open=True),
+    "tool_memory_mb": Range(16, integer=True),  # the sandboxed interpreter itself needs ~10 MB
+    "tool_output_bytes": _INT1,
+    "checkpoint_every": Range(0, integer=True),
+    "keep_checkpoints": _INT1,
+    "threads": _INT1,
+    "vllm_kv_gib": _INT1,
+    "eval_tasks": Range(0, integer=True),
+    "eval_seed": Range(0, integer=True),
+    "eval_samples": _INT1,
+    "eval_temperature": Range(0, 100),
+}
+
+
+def _check(cfg: RunConfig, src: str | dict[str, str]) -> RunConfig:
+    """Every key's value, checked before anything starts. ``src`` names where each key came from
+    (``--lr`` for a flag, the config file, or ``(defaults)``), so the message points at what the
+    user typed."""
+
+    def where(key: str) -> str:
+        return src if isinstance(src, str) else src.get(key, "(defaults)")
+
     def bad(key: str, rule: str) -> UserError:
-        return UserError(f"{src}: key '{key}': {rule}")
+        w = where(key)
+        if w.startswith("--"):
+            return UserError(f"{w}: {rule}")
+        return UserError(f"{w}: key '{key}': {rule}")
 
     if cfg.engine not in ("auto", "torch", "vllm"):
-        raise bad("engine", "must be auto, torch or vllm")
+        raise bad("engine", f"must be auto, torch or vllm, got {cfg.engine!r}")
     if cfg.trainer not in ("torch", "deepspeed"):
-        raise bad("trainer", "must be torch or deepspeed")
+        raise bad("trainer", f"must be torch or deepspeed, got {cfg.trainer!r}")
     if cfg.device not in ("cpu", "cuda"):
-        raise bad("device", "must be cpu or cuda")
-    if cfg.zero_stage is not None and cfg.zero_stage not in (1, 2, 3):
-        raise bad("zero_stage", "must be 1, 2 or 3")
-    for k in ("devices", "steps", "prompts_per_step", "group_size", "max_new_tokens", "max_tool_calls", "max_context", "max_batch",
-              "mini_batches", "threads", "tool_memory_mb", "tool_output_bytes", "vllm_kv_gib"):
+        raise bad("device", f"must be cpu or cuda, got {cfg.device!r}")
+    for k, rng in RANGES.items():
         v = getattr(cfg, k)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise bad(k, f"must be an integer >= 1, got {v!r}")
-    if not isinstance(cfg.eval_tasks, int) or isinstance(cfg.eval_tasks, bool) or cfg.eval_tasks < 0:
-        raise bad("eval_tasks", f"must be an integer >= 0, got {cfg.eval_tasks!r}")
-    if not isinstance(cfg.eval_samples, int) or isinstance(cfg.eval_samples, bool) or cfg.eval_samples < 1:
-        raise bad("eval_samples", f"must be an integer >= 1, got {cfg.eval_samples!r}")
-    if cfg.eval_temperature is not None and not (isinstance(cfg.eval_temperature, (int, float)) and cfg.eval_temperature >= 0):
-        raise bad("eval_temperature", f"must be a number >= 0, got {cfg.eval_temperature!r}")
-    if not isinstance(cfg.streaming, bool):
-        raise bad("streaming", f"must be true or false, got {cfg.streaming!r}")
-    for k in ("pool_grace_s", "pool_min_tail_s", "pool_payoff_factor"):
-        v = getattr(cfg, k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0):
-            raise bad(k, f"must be a number >= 0, got {v!r}")
-    if cfg.group_size < 2:
-        raise bad("group_size", "GRPO needs at least 2 samples per prompt")
-    if cfg.devices < 2:
-        raise bad("devices", "needs at least 2 (one for rollout, one for training)")
-    if not (cfg.tool_timeout_s > 0):
-        raise bad("tool_timeout_s", "must be > 0")
+        if v is None and KEYS[k][0] is None:
+            continue
+        if not rng.ok(v):
+            raise bad(k, f"must be {rng.text()} ({KEYS[k][1].split(';')[0].split(' (')[0]}), got {v!r}")
+    for k in ("streaming", "resume", "replay"):
+        if not isinstance(getattr(cfg, k), bool):
+            raise bad(k, f"must be true or false, got {getattr(cfg, k)!r}")
+    if cfg.devices_per_node is not None and cfg.devices_per_node > cfg.devices:
+        raise bad("devices_per_node", f"must be <= devices ({cfg.devices}), got {cfg.devices_per_node}")
+    if not isinstance(cfg.tasks, dict):
+        raise bad("tasks", f"must be a mapping of task kind to weight, e.g. {{math: 1, search: 1}}, got {cfg.tasks!r}")
+    from libra.runtime.tasks import KINDS
+
+    unknown = sorted(str(k) for k in cfg.tasks if k not in KINDS)
+    if unknown:
+        raise bad("tasks", f"unknown kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+    weights = list(cfg.tasks.values())
+    if not weights or not all(Range(0).ok(w) for w in weights) or sum(weights) <= 0:
+        raise bad("tasks", f"weights must be numbers >= 0 that sum to > 0, got {cfg.tasks!r}")
     if cfg.bucket_bounds is not None and (not isinstance(cfg.bucket_bounds, list) or not all(isinstance(b, int) and b > 0 for b in cfg.bucket_bounds)
                                           or cfg.bucket_bounds != sorted(set(cfg.bucket_bounds))):
-        raise bad("bucket_bounds", "must be an increasing list of positive context lengths, e.g. [96]")
+        raise bad("bucket_bounds", f"must be an increasing list of positive context lengths, e.g. [96], got {cfg.bucket_bounds!r}")
+    if not isinstance(cfg.faults, list):
+        raise bad("faults", f"must be a list, got {cfg.faults!r}")
     for i, f in enumerate(cfg.faults):
         if not isinstance(f, dict) or f.get("kill") not in ("rollout", "trainer") or not isinstance(f.get("step"), int):
-            raise bad(f"faults[{i}]", "must be {kill: rollout|trainer, step: INT, at_s: SECONDS, instance: INT}")
-    cfg.split_pair()
+            raise bad("faults", f"item {i} must be {{kill: rollout|trainer, step: INT, at_s: SECONDS, instance: INT}}, got {f!r}")
+    if not cfg.out or not isinstance(cfg.out, str):
+        raise bad("out", "must name an output folder")
+    try:
+        cfg.split_pair()
+    except UserError as exc:
+        raise bad("split", str(exc).removeprefix(f"split {cfg.split!r}: ") + f", got {cfg.split!r}") from None
     return cfg
+
+
+def config_warnings(cfg: RunConfig) -> list[str]:
+    """What is legal but probably not what the user wants (logged, the run goes on)."""
+    out = []
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if cfg.device == "cpu" and cfg.devices > cores:
+        out.append(f"devices {cfg.devices} exceeds the {cores} CPU cores here: the CPU workers share cores, so stage times "
+                   f"measure contention, not the plan")
+    return out
 
 
 def load_config(path: str | None, overrides: dict[str, Any] | None = None) -> RunConfig:
@@ -225,7 +320,10 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None) -> Ru
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise UserError(f"config {src}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
-    merged = {**data, **{k: v for k, v in (overrides or {}).items() if v is not None}}
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    merged = {**data, **given}
+    # where each key came from, so an error names what the user typed
+    sources = {**{k: f"config {path}" for k in data}, **{k: "--" + k.replace("_", "-") for k in given}}
     names = {f.name for f in fields(RunConfig)}
     cfg = RunConfig(**{k: v for k, v in merged.items() if k in names})
     for k, kind in key_types().items():  # YAML/TOML write 1 for 1.0: widen ints of float keys
@@ -234,4 +332,4 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None) -> Ru
             setattr(cfg, k, float(v))
     if cfg.out:
         cfg.out = os.path.expanduser(cfg.out)
-    return _check(cfg, src)
+    return _check(cfg, sources)

@@ -55,8 +55,9 @@ class Runner:
         self.log = log
         self.model_dir = os.path.abspath(model_dir(cfg.model))
         self.model_cfg = os.path.join(self.model_dir, "config.json")
-        self.out = os.path.abspath(cfg.out)
-        os.makedirs(self.out, exist_ok=True)
+        from libra.paths import check_output_dir
+
+        self.out = check_output_dir(cfg.out, "out")  # before anything runs: a bad folder is a one-line error
         self.ckpt = os.path.join(self.out, "ckpt")
         self._check_context_window()
         # the run's context cap is a hard limit: the first step's length prior is scaled into it;
@@ -87,12 +88,15 @@ class Runner:
         os.environ.setdefault("RAY_DEDUP_LOGS", "1")
         env = {"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(self.cfg.vllm_kv_gib), "TORCH_EXTENSIONS_DIR": os.environ.get(
             "TORCH_EXTENSIONS_DIR", os.path.expanduser("~/.cache/torch_extensions"))}}
+        env["env_vars"]["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"  # no weight-loading bar from every actor
+        import logging
+
         if self.cfg.address:
-            ray.init(address=self.cfg.address, runtime_env=env, log_to_driver=True)
+            ray.init(address=self.cfg.address, runtime_env=env, log_to_driver=True, logging_level=logging.WARNING)
         else:
             # logical CPUs: one per device worker (a colocated plan shares them at half each)
             res = {"num_cpus": self.cfg.devices} if not self.use_gpu else {"num_gpus": self.cfg.devices, "num_cpus": max(os.cpu_count() or 1, 1)}
-            ray.init(include_dashboard=False, runtime_env=env, log_to_driver=True, **res)
+            ray.init(include_dashboard=False, runtime_env=env, log_to_driver=True, logging_level=logging.WARNING, **res)
         from libra.runtime.actors import ToolActor
 
         self.tools = ToolActor.remote({"timeout_s": self.cfg.tool_timeout_s, "memory_mb": self.cfg.tool_memory_mb,
@@ -320,22 +324,41 @@ class Runner:
 
     # ---- the run -----------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: Any) -> None:
+        """SIGINT/SIGTERM. The first one only sets a flag that the loop checks between stages
+        (``_check_stop``): raising here would unwind through whatever C code is running, and
+        inside ``ray.get`` that surfaces as ``SystemError: ... returned a result with an exception
+        set`` instead of a clean stop. A second signal stops at once."""
+        if self._stop:
+            raise Interrupted(f"signal {signum}")
         self._stop = True
-        raise Interrupted(f"signal {signum}")
+        self.log("stop requested: stopping after the current stage (press Ctrl-C again to stop at once)")
+
+    def _check_stop(self) -> None:
+        if self._stop:
+            raise Interrupted("stop requested")
 
     def run(self) -> dict[str, Any]:
         """Run the configured steps; returns a summary. Always tears Ray down."""
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when huggingface_hub is first imported
         import ray
         from transformers import AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # no "Loading weights" bar for every model load (already imported: the env is too late)
 
         from cost_models import CostEvaluator
         from libra.runtime.grpo import Sample, group_advantages
-        from libra.runtime.policyglue import describe_plan, make_policy, pin_plan, pool_summary
-        from libra.runtime.recording import plot_steps, replay_fidelity, write_run_trace, write_steps_csv
+        from libra.runtime.policyglue import describe_plan, make_policy, pin_plan, plan_from_prior, pool_summary
+        from libra.runtime.recording import (plot_fidelity, plot_steps, progress, prune_checkpoints, replay_fidelity, write_run_trace,
+                                             write_steps_csv)
         from libra.runtime.rollout import Rollout
         from libra.runtime.tiny_model import encode
 
         cfg = self.cfg
+        from libra.runtime.config import config_warnings
+
+        for w in config_warnings(cfg):
+            self.log(f"warning: {w}")
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         try:
@@ -360,13 +383,17 @@ class Runner:
             # Ray takes the CPUs
             if cfg.eval_tasks:
                 heldout["before"] = self._heldout("starting weights", None)
+            if cfg.checkpoint_every:
+                self.log(f"checkpoints every {cfg.checkpoint_every} step(s) in {self.ckpt}, the newest {cfg.keep_checkpoints} kept "
+                         f"(keep_checkpoints)")
+            self._check_stop()
             self._start_ray()
-            self.log(f"Ray up: {ray.cluster_resources()}; sandbox network isolation: {self.isolation}")
+            self.log(f"Ray up: {self._describe_ray(ray.cluster_resources())}; sandbox network isolation: {self.isolation}")
+            self._check_stop()
             if cfg.resume:
                 first = self._resume_records()
             for step in range(first, cfg.steps):
-                if self._stop:
-                    break
+                self._check_stop()
                 t_step = time.perf_counter()
                 eps = self._episodes(step)
                 t0 = time.perf_counter()
@@ -374,8 +401,9 @@ class Runner:
                 plan = pin_plan(plan, cfg.split_pair(), cfg.bucket_bounds, cfg.per_node)
                 self.plan = plan
                 plan_s = time.perf_counter() - t0
-                self.log(f"step {step} plan ({cfg.policy}): {describe_plan(plan)}")
+                self.log(f"step {step} plan ({cfg.policy}): {describe_plan(plan, len(self.history))}")
                 setup_s = self._place(plan)
+                self._check_stop()
                 # planners give the torch trainer one device (ClusterSpec.max_train_gpus); a pinned split may still give more
                 if cfg.trainer == "torch" and not plan.colocated and plan.n_train_gpus > 1 and not self._warned_idle_train:
                     self._warned_idle_train = True
@@ -390,6 +418,7 @@ class Runner:
                              respawn=self._respawn, faults=kills, training=streamer).run(eps)
                 pool_counts = [a + b for a, b in zip(pool_counts, (1, pool is not None, ro.pool_consulted, ro.pool_consulted_training, len(ro.lent)))]
                 declined += ro.lend_declined
+                self._check_stop()
                 rewards = [e.reward for e in eps]
                 stream = None
                 if streamer is not None:
@@ -399,30 +428,40 @@ class Runner:
                     adv = group_advantages(rewards, [e.group for e in eps])
                     samples = [Sample(tuple(e.context), tuple(e.gen_mask), float(a)) for e, a in zip(eps, adv)]
                     tr, sync_s = self._train(plan, samples, step)
-                ck_s = self._checkpoint() if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0 else 0.0
+                ck_s = 0.0
+                if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+                    ck_s = self._checkpoint()
+                    prune_checkpoints(self.ckpt, cfg.keep_checkpoints)
                 trajs = [e.to_trajectory() for e in eps]
                 self.trajectories += trajs
                 self.history.append(StepArrays.from_trajectories(step, trajs))
                 step_s = time.perf_counter() - t_step
                 row = self._row(step, plan, eps, ro, tr, plan_s, setup_s, sync_s, ck_s, step_s, rewards, stream)
+                row["plan_from_prior"] = int(plan_from_prior(plan, len(self.history) - 1))
                 self.rows.append(row)
-                write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories, self.model_cfg, cfg.gpu_name, cfg.devices, cfg.policy)
+                write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories, self.model_dir, cfg.gpu_name, cfg.devices, cfg.policy,
+                                max_context=cfg.max_context)
                 write_steps_csv(os.path.join(self.out, "steps.csv"), self.rows)
                 lend = f", lent {row['lent']} (helper samples {row['helper_samples']})" if stream is not None else ""
                 adm = " ".join(f"b{b}:{n}" for b, n in sorted(ro.admitted_by_bucket.items()))
                 kinds = ", ".join(f"{k} {row['reward_' + k]:.2f}" for k in ("math", "math2", "search") if row["reward_" + k] == row["reward_" + k])
-                self.log(f"step {step}: reward {row['reward_mean']:.3f} ({kinds}), rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s "
-                         f"({row['train_overlap_s']:.1f} s overlapping rollout), sync {sync_s:.2f} s, step {step_s:.1f} s, "
+                elapsed = time.perf_counter() - t_run
+                self.log(f"step {step + 1}/{cfg.steps} done ({progress(elapsed, [float(r['step_s']) for r in self.rows], cfg.steps - step - 1)}): "
+                         f"reward {row['reward_mean']:.3f} ({kinds}); rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s "
+                         f"({row['train_overlap_s']:.1f} s overlapping rollout), sync {sync_s:.2f} s, step {step_s:.1f} s"
+                         f"{f' (incl. {setup_s:.1f} s placing actors)' if setup_s >= 0.5 else ''}, "
                          f"{row['gen_tok_s']:.0f} gen tok/s{lend}; routing: admitted {adm}, {ro.routed} decisions at tool calls "
                          f"({ro.rerouted} to another bucket), migrations {row['migrations']}")
             final_state = ray.get(self.weights_ref) if (cfg.eval_tasks and self.rows and self.weights_ref is not None) else None
-            plot_steps(self.out, self.rows)
             self.log(pool_summary(*pool_counts, streaming=streamed_any, declined=declined))
             summary = {"steps": len(self.rows), "wall_s": time.perf_counter() - t_run, "rows": self.rows, "out": self.out,
                        "engine": getattr(self, "engine_kind", None), "isolation": getattr(self, "isolation", None),
                        "pool": {**dict(zip(("steps", "steps_with_pool", "consulted", "consulted_training", "lent"), pool_counts)),
                                 "declined": declined, "streaming": streamed_any}}
-        except Interrupted:
+        except (Interrupted, SystemError) as exc:
+            # a second signal inside C code (ray.get) surfaces as SystemError chained to Interrupted
+            if isinstance(exc, SystemError) and not (self._stop and isinstance(exc.__context__ or exc.__cause__, Interrupted)):
+                raise
             self.log("interrupted: stopping cleanly")
             summary = {"interrupted": True, "steps": len(self.rows), "out": self.out}
         finally:
@@ -442,6 +481,8 @@ class Runner:
 
             with open(os.path.join(self.out, "heldout.json"), "w", encoding="utf-8") as f:
                 json.dump(heldout, f, indent=1)
+        if self.rows:
+            plot_steps(self.out, self.rows, heldout if heldout.get("after") else None)
         if cfg.replay and self.rows and not summary.get("interrupted"):
             try:
                 streamed = any(float(r.get("streaming") or 0) for r in self.rows)
@@ -450,10 +491,18 @@ class Runner:
                                       mini_batches=cfg.mini_batches, max_context=cfg.max_context,
                                       max_train_gpus=self._max_train_gpus())
                 summary["fidelity"] = fid
+                if fid:
+                    plot_fidelity(self.out, fid)
             except Exception as exc:  # the run itself succeeded; say why the comparison did not
                 self.log(f"replay comparison failed: {exc}")
                 summary["fidelity_error"] = str(exc)
         return summary
+
+    def _describe_ray(self, res: dict[str, float]) -> str:
+        """Ray's resources in words (the raw dict also lists memory bytes and internal node keys)."""
+        where = f"joined {self.cfg.address}" if self.cfg.address else "local"
+        parts = [f"{int(res.get('CPU', 0))} CPU"] + ([f"{int(res['GPU'])} GPU"] if res.get("GPU") else [])
+        return f"{where}, {' + '.join(parts)} slots for {self.cfg.devices} device workers"
 
     def _check_context_window(self) -> None:
         """``max_context`` must fit the model's context window (engines refuse it otherwise, deep

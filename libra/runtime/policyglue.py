@@ -92,9 +92,19 @@ def pool_summary(steps: int, steps_with_pool: int, consulted: int, consulted_tra
     return head
 
 
-def describe_plan(plan: Plan) -> str:
+def plan_from_prior(plan: Plan, measured_steps: int) -> bool:
+    """Whether the plan's predictions rest on a length prior rather than measured steps: the
+    planner says so (``notes['from_prior']``); a policy that does not (the static baselines plan
+    once, from their own prior) is on a prior while no step has been measured."""
+    prior = plan.notes.get("from_prior")
+    return bool(prior) if prior is not None else measured_steps == 0
+
+
+def describe_plan(plan: Plan, measured_steps: int | None = None) -> str:
     """One log line: the split, rollout instances and buckets, the training strategy and the
-    plan's predictions (and whether they come from the length prior or measured steps)."""
+    plan's predictions, and where they come from: a step planned from the length prior (no step
+    measured yet) is a guess for trajectories of the prior's length, often far off the first
+    measured step, and the line says so rather than print it like a measured-history one."""
     if plan.colocated:
         split = f"colocated on {plan.n_rollout_gpus} devices"
     else:
@@ -103,6 +113,10 @@ def describe_plan(plan: Plan) -> str:
     tps = "/".join(str(i.tp) for i in plan.instances)
     t = plan.train
     prior = plan.notes.get("from_prior")
-    origin = "" if prior is None else (" (from the length prior)" if prior else " (from measured steps)")
+    if measured_steps is not None:
+        prior = plan_from_prior(plan, measured_steps)
+    origin = "" if prior is None else (" (from measured steps)" if not prior else
+                                       " (a guess from the length prior: no step measured yet, so it assumes prior-length "
+                                       "trajectories; later steps are planned from measured ones)")
     return (f"{split}; rollout instances TP {tps}; buckets {buckets}; training TP{t.tp} PP{t.pp} DP{t.dp} ZeRO-{t.zero_stage}; "
             f"predicted rollout {plan.predicted_rollout_s:.2f} s, train {plan.predicted_train_s:.2f} s{origin}")

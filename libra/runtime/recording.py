@@ -20,15 +20,66 @@ STEP_FIELDS: tuple[str, ...] = (
     "used_tool", "tool_calls", "tool_errors", "tool_timeouts", "gen_tokens", "prefill_tokens", "cached_tokens", "trained_tokens",
     "plan_s", "rollout_s", "train_s", "logprob_s", "sync_s", "checkpoint_s", "setup_s", "step_s", "gen_tok_s", "engine_busy_s", "engine_util", "train_tok_s",
     "migrations", "migration_tokens", "migration_s", "migration_pred_kv_s", "migration_pred_prefill_s", "moves_without_kv", "routed", "rerouted", "recovered",
-    "trainer_restarts", "streaming", "train_overlap_s", "lent", "lend_declined", "helper_samples", "join_s", "loss", "clip_frac", "kl", "predicted_rollout_s", "predicted_train_s", "predicted_step_s",
+    "trainer_restarts", "plan_from_prior", "streaming", "train_overlap_s", "lent", "lend_declined", "helper_samples", "join_s", "loss", "clip_frac", "kl", "predicted_rollout_s", "predicted_train_s", "predicted_step_s",
 )
 
 
-def write_run_trace(path: str, trajectories: Sequence[Trajectory], model: str, gpu: str, devices: int, policy: str) -> int:
-    """The run's trace so far (rewritten whole each step; the writer renames it into place)."""
-    header = TraceHeader(workload="libra-run", model=model, source="libra-run (measured on a real executor)",
-                         metadata={"gpu": gpu, "devices": devices, "policy": policy})
+def model_hint(model_dir: str) -> str:
+    """The header's model hint for a run's model folder: the folder's name (``tiny-policy`` for
+    the bundled policy), never the absolute path of this machine, which means nothing on another
+    one and leaks the user's directory layout into a shared trace. ``libra-sim replay`` of the
+    trace takes ``--model PATH/config.json`` (the fidelity replay passes it)."""
+    return os.path.basename(os.path.normpath(model_dir)) or "model"
+
+
+def write_run_trace(path: str, trajectories: Sequence[Trajectory], model_dir: str, gpu: str, devices: int, policy: str,
+                    max_context: int | None = None) -> int:
+    """The run's trace so far (rewritten whole each step; the writer renames it into place).
+    ``max_context`` (the run's context cap) is declared in the header, so a replay or a plan of
+    the trace knows the workload's hard limit (``libra.trace.limits``)."""
+    meta: dict[str, Any] = {"gpu": gpu, "devices": devices, "policy": policy}
+    if max_context:
+        meta["max_context"] = int(max_context)
+    header = TraceHeader(workload="libra-run", model=model_hint(model_dir), source="libra-run (measured on a real executor)",
+                         metadata=meta)
     return write_trace(path, sorted(trajectories, key=lambda t: (t.step, t.id)), header)
+
+
+def progress(elapsed_s: float, step_times_s: Sequence[float], remaining: int) -> str:
+    """``elapsed 0:18, ETA 0:07``: the ETA is the mean of the steps after the first times the
+    steps left (the first one also places the actors, often 10x a later step); after one step
+    only, that step's time is all there is."""
+    from libra.plotting import format_duration
+
+    later = list(step_times_s[1:]) or list(step_times_s[:1])
+    eta = (sum(later) / len(later)) * remaining if later else math.nan
+    tail = "done" if remaining <= 0 else (f"ETA {format_duration(eta)}" if eta == eta else "ETA unknown")
+    return f"elapsed {format_duration(elapsed_s)}, {tail}"
+
+
+def prune_checkpoints(ckpt_dir: str, keep: int) -> list[str]:
+    """Delete all but the newest ``keep`` checkpoints in ``ckpt_dir`` (``stepNNNNNN.pt`` files
+    of the torch trainer, ``stepNNNNNN`` folders of DeepSpeed; its ``latest`` file names the
+    newest, which is always kept); returns what was removed. Without this a 100-step run leaves
+    100 checkpoints (5.7 MB each for the 0.48M-parameter policy, GBs for a real model)."""
+    import re
+    import shutil
+
+    if keep < 1 or not os.path.isdir(ckpt_dir):
+        return []
+    found = sorted(n for n in os.listdir(ckpt_dir) if re.fullmatch(r"step\d{6}(\.pt)?", n))
+    removed = []
+    for name in found[:-keep]:
+        path = os.path.join(ckpt_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                pass
+        removed.append(path)
+    return removed
 
 
 def write_steps_csv(path: str, rows: Sequence[dict[str, Any]]) -> None:
@@ -45,18 +96,20 @@ def read_csv(path: str) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]]) -> list[str]:
-    """reward.png (reward per step) and stages.png (stage times per step)."""
+def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]], heldout: dict[str, Any] | None = None) -> list[str]:
+    """reward.png (training reward per step, and the held-out evaluation before and after the
+    run when ``heldout`` has both) and stages.png (where each step's time went)."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    if matplotlib.get_backend().lower() not in ("agg", "pdf", "svg"):
+        matplotlib.use("Agg")  # a run writes files; it never opens a window
     import matplotlib.pyplot as plt
 
     if not rows:
         return []
-    steps = [r["step"] for r in rows]
+    steps = [int(r["step"]) for r in rows]
     paths = []
-    fig, ax = plt.subplots(figsize=(6, 3.2))
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
     window = max(1, min(10, len(rows) // 5))
 
     def trailing(vals: list[float]) -> list[float]:
@@ -76,29 +129,132 @@ def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]]) -> list[str]:
     for name, vals, color in series:
         ax.plot(steps, vals, marker=".", linewidth=0.5, alpha=0.35, color=color)
         ax.plot(steps, trailing(vals), linewidth=2, color=color, label=f"{name} ({window}-step mean)" if window > 1 else name)
+    title = "training reward per step (the step's own prompts, T = sampling temperature)"
+    if heldout and heldout.get("before") and heldout.get("after"):
+        b, a = float(heldout["before"]["reward"]), float(heldout["after"]["reward"])
+        x0, x1 = steps[0] - 0.5, steps[-1] + 0.5
+        ax.plot([x0, x1], [b, a], linestyle="--", color="tab:red", linewidth=1)
+        ax.plot([x0], [b], marker="D", color="tab:red", markersize=7, linestyle="none",
+                label=f"held-out before {b:.3f} ({int(heldout['before']['n'])} episodes)")
+        ax.plot([x1], [a], marker="*", color="tab:red", markersize=11, linestyle="none", label=f"held-out after {a:.3f}")
+        title = "training reward per step; held-out reward before and after"
     ax.set_xlabel("RL step")
     ax.set_ylabel("mean reward")
-    ax.set_title("training reward per step")
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     paths.append(os.path.join(out_dir, "reward.png"))
     fig.savefig(paths[-1], dpi=100)
     plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 3))
-    bottom = [0.0] * len(rows)
-    for key in ("setup_s", "plan_s", "rollout_s", "train_s", "sync_s", "checkpoint_s"):
-        vals = [float(r.get(key) or 0.0) for r in rows]
-        ax.bar(steps, vals, bottom=bottom, label=key[:-2])
-        bottom = [a + b for a, b in zip(bottom, vals)]
-    ax.set_xlabel("RL step")
-    ax.set_ylabel("seconds")
-    ax.legend(fontsize=7)
-    ax.set_title("step time by stage")
-    fig.tight_layout()
-    paths.append(os.path.join(out_dir, "stages.png"))
-    fig.savefig(paths[-1], dpi=100)
-    plt.close(fig)
+    paths.append(plot_stages(out_dir, rows))
     return paths
+
+
+def plot_stages(out_dir: str, rows: Sequence[dict[str, Any]]) -> str:
+    """stages.png: each step as a timeline bar from its start (bottom) to its end. Training that
+    overlapped the rollout (streaming) is drawn beside the rollout over the seconds it overlapped,
+    not stacked on top (stacking would make the step look longer than it was). Setting up actors
+    (step 0, and any step that re-placed them) is drawn in its own panel: at step 0 it is ~10x a
+    later step and would flatten every other bar."""
+    import matplotlib.pyplot as plt
+
+    from libra.plotting import time_unit
+
+    steps = [int(r["step"]) for r in rows]
+
+    def f(r: dict[str, Any], k: str) -> float:
+        try:
+            v = float(r.get(k) or 0.0)
+        except (TypeError, ValueError):
+            return 0.0
+        return v if v == v else 0.0
+
+    setups = [f(r, "setup_s") for r in rows]
+    spans = []
+    for r in rows:
+        t = f(r, "plan_s")
+        roll = (t, t + f(r, "rollout_s"))
+        overlap = min(f(r, "train_overlap_s"), f(r, "train_s"), f(r, "rollout_s"))
+        train = (roll[1] - overlap, roll[1] - overlap + f(r, "train_s"))
+        sync = (max(roll[1], train[1]), max(roll[1], train[1]) + f(r, "sync_s"))
+        ck = (sync[1], sync[1] + f(r, "checkpoint_s"))
+        spans.append(((0.0, t), roll, train, sync, ck, overlap))
+    div, unit = time_unit([sp[4][1] for sp in spans])
+    fig, (ax0, ax) = plt.subplots(1, 2, figsize=(8, 3.4), gridspec_kw={"width_ratios": [1, 4]})
+    placed = [(s, v) for s, v in zip(steps, setups) if v > 0]
+    sdiv, sunit = time_unit([v for _, v in placed])
+    if placed:
+        ax0.bar([str(s) for s, _ in placed], [v / sdiv for _, v in placed], color="tab:gray")
+    ax0.set_title("set-up (placing actors)", fontsize=8)
+    ax0.set_xlabel("RL step")
+    ax0.set_ylabel(sunit)
+    colors = {"plan": "tab:purple", "rollout": "tab:blue", "train": "tab:orange", "sync": "tab:green", "checkpoint": "tab:brown"}
+    for x, (plan, roll, train, sync, ck, overlap) in zip(steps, spans):
+        for name, (a, b), dx, w in (("plan", plan, 0.0, 0.8), ("rollout", roll, -0.2 if overlap > 0 else 0.0, 0.4 if overlap > 0 else 0.8),
+                                    ("train", train, 0.2 if overlap > 0 else 0.0, 0.4 if overlap > 0 else 0.8),
+                                    ("sync", sync, 0.0, 0.8), ("checkpoint", ck, 0.0, 0.8)):
+            if b > a:
+                ax.bar(x + dx, (b - a) / div, bottom=a / div, width=w, color=colors[name],
+                       label=name if x == steps[0] or name == "train" else None)
+    handles, labels = ax.get_legend_handles_labels()
+    seen: dict[str, Any] = {}
+    for h, lab in zip(handles, labels):
+        seen.setdefault(lab, h)
+    ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper right")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel(f"{unit} from the step's start")
+    streamed = any(sp[5] > 0 for sp in spans)
+    ax.set_title("step timeline" + (" (train beside rollout = overlapped, streaming)" if streamed else ""), fontsize=8)
+    fig.suptitle("libra-run: where each step's time went (measured)", fontsize=9)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "stages.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def plot_fidelity(out_dir: str, fidelity: Sequence[dict[str, Any]]) -> str:
+    """fidelity.png: measured (libra-run) against SIMULATED (libra-sim replay of the run's trace)
+    step, rollout and train seconds per step."""
+    import matplotlib
+
+    if matplotlib.get_backend().lower() not in ("agg", "pdf", "svg"):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from libra.plotting import time_unit
+
+    steps = [int(r["step"]) for r in fidelity]
+    keys = ("step", "rollout", "train")
+    div, unit = time_unit([float(r[f"{w}_{k}_s"]) for r in fidelity for k in keys for w in ("measured", "sim")])
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2), sharex=True)
+    for ax, k in zip(axes, keys):
+        ax.plot(steps, [float(r[f"measured_{k}_s"]) / div for r in fidelity], marker=".", color="black", label="measured")
+        ax.plot(steps, [float(r[f"sim_{k}_s"]) / div for r in fidelity], marker=".", color="tab:red", linestyle="--", label="SIMULATED")
+        ax.set_title(k, fontsize=9)
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(unit)
+        ax.set_ylim(bottom=0)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"measured (libra-run) vs SIMULATED (libra-sim replay of the run's trace): {fidelity_line(fidelity)}", fontsize=8)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "fidelity.png")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def fidelity_line(fidelity: Sequence[dict[str, Any]]) -> str:
+    """One line for the whole run: simulated / measured, mean over steps, for step, rollout and
+    train (the per-step values are in fidelity.csv)."""
+
+    def ratio(k: str) -> str:
+        vals = [float(r[f"sim_{k}_s"]) / float(r[f"measured_{k}_s"]) for r in fidelity
+                if float(r[f"measured_{k}_s"]) > 0 and float(r[f"sim_{k}_s"]) == float(r[f"sim_{k}_s"])]
+        return f"{sum(vals) / len(vals):.2f}x" if vals else "-"
+
+    return (f"simulated/measured over {len(fidelity)} step(s): step {ratio('step')}, rollout {ratio('rollout')}, "
+            f"train {ratio('train')}")
 
 
 def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], devices: int, per_node: int, gpu: str, model: str,

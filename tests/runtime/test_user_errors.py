@@ -1,0 +1,153 @@
+"""What a new user of ``libra-run`` gets wrong, and what they must get back: one line naming the
+flag (or file and key), the value and what is allowed, exit 2, before Ray starts; never a
+traceback. Pure tests: they run without the run extra."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from libra.errors import UserError
+from libra.runtime.config import KEYS, RANGES, RunConfig, config_warnings, key_types, load_config
+
+
+def _main(argv: list[str], capsys) -> tuple[int, str]:
+    from libra.runtime.cli import main
+
+    rc = main(argv)
+    return rc, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("out", ["/proc/nope/run", "FILE"])
+def test_an_output_folder_that_cannot_be_written_is_one_line_before_anything_runs(tmp_path, capsys, out: str) -> None:
+    if out == "FILE":
+        out = str(tmp_path / "afile")
+        open(out, "w").close()
+    rc, err = _main(["--steps", "2", "--out", out], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"libra-run: error: --out {out}: ")
+
+
+def test_a_json_file_that_cannot_be_written_is_refused_up_front(tmp_path, capsys) -> None:
+    rc, err = _main(["--steps", "2", "--out", str(tmp_path / "run"), "--json", "/proc/nope/x.json"], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "--json /proc/nope/x.json" in err
+    rc, err = _main(["--steps", "2", "--out", str(tmp_path / "run"), "--json", str(tmp_path)], capsys)
+    assert rc == 2 and "is a folder" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--lr", "-1"], "--lr: must be a number in (0, 1]"),
+    (["--temperature", "-1"], "--temperature: must be a number in [0, 100]"),
+    (["--clip", "0"], "--clip: must be a number in (0, 1]"),
+    (["--kl-coef", "-0.1"], "--kl-coef: must be a number >= 0"),
+    (["--steps", "0"], "--steps: must be an integer >= 1"),
+    (["--checkpoint-every", "-1"], "--checkpoint-every: must be an integer >= 0"),
+    (["--keep-checkpoints", "0"], "--keep-checkpoints: must be an integer >= 1"),
+    (["--tool-timeout-s", "nan"], "--tool-timeout-s: must be a number in (0, 3600]"),
+    (["--eval-temperature", "-1"], "--eval-temperature: must be a number in [0, 100]"),
+    (["--seed", "-3"], "--seed: must be an integer >= 0"),
+    (["--devices", "8", "--devices-per-node", "9"], "--devices-per-node: must be <= devices (8)"),
+    (["--tasks", '{"maths": 1}'], "--tasks: unknown kind(s) maths"),
+    (["--tasks", '{"math": -1}'], "--tasks: weights must be numbers >= 0"),
+    (["--split", "3:3"], "--split: both sides >= 1"),
+])
+def test_every_numeric_flag_is_range_checked_with_key_value_and_range(tmp_path, capsys, argv: list[str], needle: str) -> None:
+    rc, err = _main([*argv, "--out", str(tmp_path / "run")], capsys)
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert needle in err and ("got" in err or "known" in err), err
+    assert "(defaults)" not in err  # typed on the command line: labelled by its flag
+
+
+def test_every_int_and_float_key_has_a_range() -> None:
+    numeric = {k for k, t in key_types().items() if t in (int, float)}
+    assert numeric == set(RANGES), numeric ^ set(RANGES)
+
+
+def test_a_bad_value_in_a_file_names_the_file_and_key(tmp_path) -> None:
+    p = tmp_path / "r.yaml"
+    p.write_text("lr: -1\n")
+    with pytest.raises(UserError, match=r"config .*r\.yaml: key 'lr': must be a number in \(0, 1\].*got -1"):
+        load_config(str(p))
+    p.write_text("max_batch: many\n")
+    with pytest.raises(UserError, match="key 'max_batch': must be an integer >= 1"):
+        load_config(str(p))
+
+
+def test_help_prints_the_tasks_entry_not_argparses_internals(capsys) -> None:
+    from libra.runtime.cli import _parser
+
+    text = _parser().format_help()
+    assert "0% solved" in text and "'option_strings'" not in text and "{'" not in text
+
+
+def test_more_devices_than_cores_is_a_warning() -> None:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cfg = RunConfig(devices=cores + 1)
+    assert any("exceeds" in w and str(cores) in w for w in config_warnings(cfg))
+    assert not config_warnings(RunConfig(devices=2, device="cpu")) or cores < 2
+
+
+def test_keys_and_dataclass_agree() -> None:
+    assert set(KEYS) == set(RunConfig.__dataclass_fields__)
+
+
+def test_first_signal_sets_a_flag_and_a_second_one_stops_at_once(tmp_path) -> None:
+    """Raising from the handler inside ray.get gave ``SystemError: ... returned a result with an
+    exception set`` (exit 1): the first Ctrl-C must only ask the loop to stop between stages."""
+    pytest.importorskip("transformers")
+    from libra.runtime.loop import Interrupted, Runner
+
+    seen: list[str] = []
+    r = Runner(load_config(None, {"out": str(tmp_path / "run")}), log=seen.append)
+    r._on_signal(signal.SIGINT, None)  # must not raise
+    assert r._stop and any("Ctrl-C again" in m for m in seen)
+    with pytest.raises(Interrupted):
+        r._check_stop()
+    with pytest.raises(Interrupted):
+        r._on_signal(signal.SIGINT, None)
+
+
+def test_checkpoints_beyond_the_newest_n_are_removed(tmp_path) -> None:
+    from libra.runtime.recording import prune_checkpoints
+
+    ck = tmp_path / "ckpt"
+    ck.mkdir()
+    for i in range(5):
+        (ck / f"step{i:06d}.pt").write_bytes(b"x")
+    (ck / "step000005").mkdir()  # a DeepSpeed tag folder
+    (ck / "latest").write_text("step000005")
+    removed = prune_checkpoints(str(ck), 2)
+    assert sorted(os.listdir(ck)) == ["latest", "step000004.pt", "step000005"]
+    assert len(removed) == 4
+
+
+def test_the_trace_header_names_the_model_folder_not_this_machines_path(tmp_path) -> None:
+    from libra.runtime.recording import write_run_trace
+    from libra.trace.reader import open_trace
+    from libra.trace.records import Trajectory, Turn
+
+    t = Trajectory("a", 0, 5, (Turn(3, None),))
+    path = str(tmp_path / "trace.jsonl")
+    write_run_trace(path, [t], "/home/someone/models/tiny-policy/", "cpu", 4, "libra", max_context=512)
+    h = open_trace(path).header
+    assert h.model == "tiny-policy" and "/home" not in open(path).read()
+    assert h.metadata["max_context"] == 512
+
+
+def test_progress_and_eta() -> None:
+    from libra.runtime.recording import progress
+
+    assert progress(18.4, [17.0, 1.0], 3) == "elapsed 0:18, ETA 0:03"  # step 0 (placing actors) not in the ETA
+    assert progress(5, [5.0], 0) == "elapsed 0:05, done"
+
+
+def test_a_step_planned_from_the_prior_says_so() -> None:
+    from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
+    from libra.runtime.policyglue import describe_plan, plan_from_prior
+
+    plan = Plan(3, 1, TrainConfig(1, 1, 1), tuple(RolloutInstance(i, 1, 0, 0, i) for i in range(3)), (Bucket(0, 1, 0, None),))
+    assert plan_from_prior(plan, 0) and not plan_from_prior(plan, 1)  # a baseline's plan carries no note
+    assert "a guess from the length prior" in describe_plan(plan, 0)
+    assert "from measured steps" in describe_plan(plan, 2)
