@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         for f in dataclasses.fields(params):
             print(f"{f.name:24s} {getattr(params, f.name)!s:>12s}  {DOCS[f.name]}  [{sources[f.name]}]")
         return 0
+    from libra.paths import check_output_file
+
+    check_output_file(args.output, "-o")  # before generating: a million trajectories must not end on a bad path
     params = make_params(args.workload, **_overrides(args))
     header = trace_header(params, args.steps, args.batch, args.group_size, args.seed, args.first_step)
     n_turns = 0

@@ -1,0 +1,91 @@
+"""What a new user of ``libra-sim`` gets wrong: outputs that cannot be written are refused before
+any simulation (one line, exit 2), and ``plan`` and ``replay`` read a trace's declared limits the
+same way (``libra.trace.limits``)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+
+import pytest
+
+from libra.errors import UserError
+from libra.trace.limits import cluster_limits, trace_limits
+from libra.trace.reader import open_trace
+from libra.trace.records import TraceHeader, Trajectory, Turn
+from libra.trace.writer import write_trace
+from sim.cli import main
+
+SWE = "traces/swe-qwen3-14b.jsonl.gz"
+
+
+def _no_simulation(monkeypatch) -> None:
+    import sim.replay
+
+    def boom(*a, **k):
+        raise AssertionError("the simulation ran before the outputs were checked")
+
+    monkeypatch.setattr(sim.replay, "replay_policy", boom)
+    monkeypatch.setattr(sim.replay, "load_steps", boom)
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--out", "/proc/nope/out"], "--out /proc/nope/out: cannot create the folder"),
+    (["--json", "/proc/nope/x.json"], "--json /proc/nope/x.json: cannot create the folder"),
+    (["--out", "FILE"], "exists and is not a folder"),
+    (["--json", "DIR"], "is a folder"),
+])
+def test_replay_refuses_unwritable_outputs_before_simulating(tmp_path, capsys, monkeypatch, flags: list[str], needle: str) -> None:
+    _no_simulation(monkeypatch)
+    (tmp_path / "f").write_text("x")
+    flags = [str(tmp_path / "f") if f == "FILE" else str(tmp_path) if f == "DIR" else f for f in flags]
+    t0 = time.perf_counter()
+    rc = main(["replay", SWE, "--gpus", "48", "--gpu", "a800", "--model", "qwen3-14b", "--compare", *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert needle in err
+    assert time.perf_counter() - t0 < 5
+
+
+def test_gen_refuses_an_unwritable_output_first(capsys) -> None:
+    rc = main(["gen", "--workload", "math", "--steps", "1", "--batch", "4", "--group-size", "2", "-o", "/proc/nope/t.jsonl"])
+    assert rc == 2 and "-o /proc/nope/t.jsonl" in capsys.readouterr().err
+
+
+def test_limits_from_the_generators_params_and_from_the_top_level() -> None:
+    lim = trace_limits(open_trace("traces/math-tool.jsonl.gz").header)
+    assert (lim.max_context, lim.max_turns, lim.max_response_tokens) == (16384, 8, None)
+    assert "params.max_context" in lim.describe()
+    top = trace_limits(TraceHeader(metadata={"max_context": 4096, "max_response_tokens": 3000, "params": {"max_context": 9}}))
+    assert (top.max_context, top.max_response_tokens) == (4096, 3000)
+    assert cluster_limits(TraceHeader(metadata={"max_context": 4096}), 1024)[0] == {"max_context": 1024}  # the flag wins
+    assert cluster_limits(None) == ({}, "none declared")
+    with pytest.raises(UserError, match="header field 'max_context': must be an integer >= 1"):
+        trace_limits(TraceHeader(metadata={"max_context": "big"}), "t.jsonl")
+
+
+def _small_math_trace(path: str) -> None:
+    """Two steps of a few trajectories under the bundled math trace's header (max_context 16,384)."""
+    with gzip.open("traces/math-tool.jsonl.gz", "rt") as f:
+        head = json.loads(f.readline())
+    meta = {k: v for k, v in head.items() if k not in ("type", "format", "version", "workload", "model", "source")}
+    header = TraceHeader(workload="math", model="Qwen3-32B", source="test", metadata=meta)
+    trajs = [Trajectory(f"s{s}-{i}", s, 200, (Turn(300, "python", 0.1, 30, "ok"), Turn(200, None)), group=f"g{s}-{i // 4}", reward=1.0,
+                        finish="stop") for s in range(2) for i in range(16)]
+    write_trace(path, trajs, header)
+
+
+def test_plan_and_replay_agree_on_the_traces_declared_context_limit(tmp_path, capsys) -> None:
+    """The issue's case: plan of step 0 (the length prior) fitted qwen3-32b on 16 H100s while
+    replay refused training at seq 65,536; both now plan under the header's max_context."""
+    trace = str(tmp_path / "m.jsonl.gz")
+    _small_math_trace(trace)
+    cluster = ["--gpus", "16", "--gpu", "h100", "--model", "qwen3-32b"]
+    assert main(["plan", "--trace", trace, "--step", "0", *cluster, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "max_context 16,384" in doc["limits"]
+    rc = main(["replay", trace, *cluster, "--policy", "libra", "--steps", "0:1", "--noise", "0"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "max_context 16,384" in out
