@@ -31,11 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompts", type=int, default=512, help="trajectories per step without a trace (default 512)")
     parser.add_argument("--mode", choices=("sync", "async"), default="sync", help="RL loop mode (default sync)")
     parser.add_argument("--homogeneous", action="store_true", help="one TP degree, one bucket (the libra-homogeneous planner)")
+    parser.add_argument("--max-context", type=int, default=None, metavar="TOKENS",
+                        help="a hard context limit of the workload (default: the trace header's declared max_context, as "
+                             "libra-sim replay reads it)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None]:
-    """(history, prompt_tokens, model hint) for the planned step."""
+def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None, Any]:
+    """(history, prompt_tokens, model hint, trace header) for the planned step."""
     import numpy as np
 
     from libra.errors import UserError
@@ -47,7 +50,7 @@ def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None]:
             raise UserError(f"--prompts must be >= 1, got {args.prompts}")
         from libra.planner.stats import PRIOR_PROMPT_TOKENS
 
-        return [], np.full(args.prompts, PRIOR_PROMPT_TOKENS, np.int64), None
+        return [], np.full(args.prompts, PRIOR_PROMPT_TOKENS, np.int64), None, None
     from libra.trace.reader import open_trace
 
     reader = open_trace(args.trace)
@@ -60,7 +63,7 @@ def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None]:
     if target not in numbers:
         raise UserError(f"--step {target}: not in {args.trace} (steps {numbers[0]}..{numbers[-1]})")
     k = numbers.index(target)
-    return steps[:k], steps[k].prompt_tokens, hint
+    return steps[:k], steps[k].prompt_tokens, hint, reader.header
 
 
 def _model_name(hint: str | None) -> str:
@@ -78,13 +81,19 @@ def run(args: argparse.Namespace) -> int:
 
     if args.gpus < 2:
         raise UserError(f"--gpus must be >= 2 (rollout and training each need a GPU), got {args.gpus}")
-    history, prompts, hint = _load(args)
-    cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node)
+    from libra.trace.limits import cluster_limits
+
+    if args.max_context is not None and args.max_context < 1:
+        raise UserError(f"--max-context must be >= 1, got {args.max_context}")
+    history, prompts, hint, header = _load(args)
+    limits, limits_text = cluster_limits(header, args.max_context, args.trace or "trace")  # the same reading as libra-sim replay's
+    cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node, **limits)
     opts = SearchOptions(mode=args.mode, max_staleness=1 if args.mode == "async" else 0, max_buckets=1 if args.homogeneous else 2)
     planner = Planner(cluster, options=opts)
     res = planner.search(history, prompts)
     plan = planner.to_plan(res)
     doc = _as_dict(cluster, plan, len(history), len(prompts))
+    doc["limits"] = limits_text
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -123,7 +132,7 @@ def _as_dict(cluster: Any, plan: Any, n_history: int, n_prompts: int) -> dict[st
 def _print(d: dict[str, Any]) -> None:
     c, p, t = d["cluster"], d["predicted"], d["train"]
     print(f"{c['model']} on {c['gpus']} x {c['gpu']} ({c['gpus_per_node']}/node), {d['trajectories']} trajectories, "
-          f"{d['mode']} mode; planned from {d['planned_from']}")
+          f"{d['mode']} mode; planned from {d['planned_from']}; limits: {d.get('limits', 'none declared')}")
     print(f"split: {d['split']['rollout_gpus']} rollout GPUs, {d['split']['train_gpus']} training GPUs")
     print(f"train: TP {t['tp']} x PP {t['pp']} x DP {t['dp']}" + (f", EP {t['ep']}" if t["ep"] > 1 else "")
           + f", ZeRO-{t['zero_stage']}, micro-batch {t['micro_batch']}" + (", recompute" if t["recompute"] else ""))

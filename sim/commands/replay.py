@@ -187,6 +187,14 @@ def run(args: argparse.Namespace) -> int:
     from sim.policies import policy_names
     from sim.replay import load_steps, replay_policy
 
+    from libra.paths import check_output_dir, check_output_file
+    from libra.trace.limits import cluster_limits
+
+    # outputs first: a --compare takes minutes, and must not end on a folder it cannot write
+    if args.out:
+        check_output_dir(args.out, "--out")
+    if args.json:
+        check_output_file(args.json, "--json")
     if args.staleness is not None and args.staleness < 0:
         raise UserError("--staleness must be >= 0")
     if not (args.noise >= 0):
@@ -197,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
     meta = getattr(header, "metadata", {}) or {}
     gpu = args.gpu or meta.get("gpu") or "a800"
     model = _model_name(args.model, getattr(header, "model", None))
-    cluster = ClusterSpec(args.gpus, gpu, model, args.gpus_per_node, max_context=args.max_context, max_train_gpus=args.max_train_gpus)
+    limits, limits_text = cluster_limits(header, args.max_context, args.trace)  # the same reading as libra-sim plan's
+    cluster = ClusterSpec(args.gpus, gpu, model, args.gpus_per_node, max_train_gpus=args.max_train_gpus, **limits)
     costs = load_costs(gpu, model, args.gpus_per_node, args.calibration)
     names = policy_names()
     if args.compare:
@@ -209,6 +218,9 @@ def run(args: argparse.Namespace) -> int:
         chosen = [args.policy or ("libra" if "libra" in names else "verl-static-uniform")]
         if chosen[0] not in names:
             raise UserError(f"--policy {chosen[0]!r} is unknown; known: {', '.join(names)}")
+    if args.gantt_step is not None and args.gantt_step not in {s.step for s in steps}:
+        have = [s.step for s in steps]
+        raise UserError(f"--gantt-step {args.gantt_step}: not a replayed step (steps {have[0]}..{have[-1]})")
     gantt = args.gantt_step if args.gantt_step is not None else (steps[0].step if args.out else None)
     config = SimConfig(
         mode=args.mode, staleness=args.staleness, kl=args.kl, kv_mode=args.tool_kv, seed=args.seed,
@@ -251,6 +263,7 @@ def run(args: argparse.Namespace) -> int:
     title = f"{os.path.basename(args.trace)}: {len(steps)} steps, {n_traj} trajectories, {args.gpus} x {gpu}, {model}, seed {args.seed}"
     if args.calibration:
         title += f", calibration {os.path.basename(args.calibration)}"
+    title += f"; limits: {limits_text}"
     console.print(report.summary_table(results, title))
     if args.per_step or len(results) == 1:
         for r in results:
