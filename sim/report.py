@@ -96,32 +96,47 @@ def write_csv(path: str, results: Sequence[RunResult]) -> None:
         w.writerows(rows)
 
 
+def _modes(results: Sequence[RunResult]) -> str:
+    """The loop mode(s) that actually ran (a policy's default, or ``--mode``), for plot titles."""
+    modes = sorted({r.mode for r in results})
+    return "/".join(modes) + " mode"
+
+
 def write_plots(out: str, results: Sequence[RunResult]) -> list[str]:
-    """step_breakdown.png, throughput.png, reward_vs_time.png, gantt.png; returns the paths."""
+    """step_breakdown.png, throughput.png, reward_vs_time.png, gantt.png; returns the paths.
+
+    Every title starts with SIMULATED and names the loop mode that ran, so a figure lifted out
+    of its folder cannot be read as a measurement; time axes use s, min or h, whichever fits."""
     import matplotlib
 
-    matplotlib.use("Agg")
+    if matplotlib.get_backend().lower() not in ("agg", "pdf", "svg"):
+        matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
 
+    from libra.plotting import time_unit
+
     paths: list[str] = []
+    tag = f"SIMULATED ({_modes(results)})"
     # step-time breakdown: mean per policy, stacked
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(results)), 4))
-    names = [r.policy for r in results]
+    names = [f"{r.policy}\n({r.mode})" for r in results]
     parts = [
         ("rollout", lambda s: s.rollout_makespan_s),
         ("train", lambda s: s.train_s),
         ("sync / switch", lambda s: s.sync_s + s.switch_s),
     ]
+    means = {label: [sum(fn(s) for s in r.steps) / max(len(r.steps), 1) for r in results] for label, fn in parts}
+    div, unit = time_unit([sum(v[i] for v in means.values()) for i in range(len(results))] + [r.mean_step_s for r in results])
     bottom = [0.0] * len(results)
-    for label, fn in parts:
-        vals = [sum(fn(s) for s in r.steps) / max(len(r.steps), 1) for r in results]
+    for label, _fn in parts:
+        vals = [v / div for v in means[label]]
         ax.bar(names, vals, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.plot(names, [r.mean_step_s for r in results], "k_", markersize=30, label="step time (overlap)")
-    ax.set_ylabel("seconds per step (mean)")
-    ax.set_title("Step-time breakdown (stages overlap in async mode)")
+    ax.plot(names, [r.mean_step_s / div for r in results], "k_", markersize=30, label="step time (stages overlap in async/streaming)")
+    ax.set_ylabel(f"{unit} per step (mean)")
+    ax.set_title(f"{tag}: step-time breakdown", fontsize=10)
     ax.legend(fontsize=8)
-    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
     fig.tight_layout()
     p = os.path.join(out, "step_breakdown.png")
     fig.savefig(p, dpi=120)
@@ -133,8 +148,8 @@ def write_plots(out: str, results: Sequence[RunResult]) -> list[str]:
     for i, r in enumerate(results):
         ax.text(i, r.throughput_tok_s, f"{r.throughput_tok_s:,.0f}", ha="center", va="bottom", fontsize=8)
     ax.set_ylabel("generated tokens / s")
-    ax.set_title("Throughput")
-    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    ax.set_title(f"{tag}: generation throughput", fontsize=10)
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
     fig.tight_layout()
     p = os.path.join(out, "throughput.png")
     fig.savefig(p, dpi=120)
@@ -142,13 +157,14 @@ def write_plots(out: str, results: Sequence[RunResult]) -> list[str]:
     paths.append(p)
     # reward vs wall-clock
     fig, ax = plt.subplots(figsize=(7, 4))
-    for r in results:
-        curve = r.reward_curve()
+    curves = [(r, r.reward_curve()) for r in results]
+    div, unit = time_unit([c[0] for _r, cv in curves for c in cv])
+    for r, curve in curves:
         if curve:
-            ax.plot([c[0] / 3600 for c in curve], [c[1] for c in curve], marker=".", label=r.policy)
-    ax.set_xlabel("simulated wall-clock (h)")
-    ax.set_ylabel("mean reward of the step")
-    ax.set_title("Reward vs wall-clock (trace rewards, replayed timing)")
+            ax.plot([c[0] / div for c in curve], [c[1] for c in curve], marker=".", label=f"{r.policy} ({r.mode})")
+    ax.set_xlabel(f"simulated wall-clock ({unit})")
+    ax.set_ylabel("mean reward of the step (from the trace)")
+    ax.set_title(f"{tag}: reward vs wall-clock (trace rewards, replayed timing)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     p = os.path.join(out, "reward_vs_time.png")
@@ -158,16 +174,24 @@ def write_plots(out: str, results: Sequence[RunResult]) -> list[str]:
     # Gantt of one step, first policy that recorded one
     rec = next((r for r in results if r.gantt), None)
     if rec is not None:
-        fig, ax = plt.subplots(figsize=(9, 0.35 * len({g[0] for g in rec.gantt}) + 1.5))
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import Normalize
+
         ids = sorted({g[0] for g in rec.gantt})
+        fig, ax = plt.subplots(figsize=(9.5, 0.35 * len(ids) + 1.8))
         row = {iid: k for k, iid in enumerate(ids)}
         peak = max(g[4] for g in rec.gantt) or 1
         cmap = plt.get_cmap("viridis")
-        for iid, tp, a, b, batch in rec.gantt:
-            ax.barh(row[iid], b - a, left=a, height=0.8, color=cmap(batch / peak), linewidth=0)
+        norm = Normalize(vmin=0, vmax=peak)
+        div, unit = time_unit([g[3] for g in rec.gantt])
+        for iid, _tp, a, b, batch in rec.gantt:
+            ax.barh(row[iid], (b - a) / div, left=a / div, height=0.8, color=cmap(norm(batch)), linewidth=0)
         ax.set_yticks(range(len(ids)), [f"inst {i} (TP{next(g[1] for g in rec.gantt if g[0] == i)})" for i in ids], fontsize=7)
-        ax.set_xlabel("seconds into the step's rollout")
-        ax.set_title(f"{rec.policy}: rollout instances, step {rec.gantt_step} (colour: batch size, max {peak})")
+        ax.set_xlabel(f"{unit} into the step's rollout")
+        cbar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.01)
+        cbar.set_label("running batch (sequences)", fontsize=8)
+        ax.set_title(f"SIMULATED ({rec.mode} mode): {rec.policy}, rollout instances in step {rec.gantt_step} "
+                     f"(another step: --gantt-step N)", fontsize=9)
         fig.tight_layout()
         p = os.path.join(out, "gantt.png")
         fig.savefig(p, dpi=120)

@@ -89,3 +89,42 @@ def test_plan_and_replay_agree_on_the_traces_declared_context_limit(tmp_path, ca
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert "max_context 16,384" in out
+
+
+def test_every_replay_plot_says_simulated_and_the_mode_that_ran(tmp_path, monkeypatch) -> None:
+    """Titles start with SIMULATED and name the mode that ran (async here, forced), the Gantt
+    has a colour bar for the batch size and shows the --gantt-step asked for, time axes pick
+    s/min/h."""
+    import matplotlib.figure
+
+    from test_sim_replay_cli import _trace
+
+    seen: dict[str, list[str]] = {}
+    real = matplotlib.figure.Figure.savefig
+
+    def record(fig, path, *a, **k):
+        texts = [ax.get_title() for ax in fig.axes] + [ax.get_xlabel() for ax in fig.axes] + [ax.get_ylabel() for ax in fig.axes]
+        seen[str(path).rsplit("/", 1)[-1]] = texts
+        return real(fig, path, *a, **k)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", record)
+    tr = _trace(tmp_path / "t.jsonl", steps=3, n=16)
+    rc = main(["replay", str(tr), "--gpus", "16", "--compare", "--policies", "verl-static-uniform,areal-static-optimal", "--mode", "async",
+               "--out", str(tmp_path / "out"), "--gantt-step", "2"])
+    assert rc == 0
+    assert set(seen) == {"step_breakdown.png", "throughput.png", "reward_vs_time.png", "gantt.png"}
+    for name, texts in seen.items():
+        title = next(t for t in texts if t)
+        assert title.startswith("SIMULATED (async mode)"), (name, title)
+    gantt = seen["gantt.png"]
+    assert any("step 2" in t for t in gantt) and "running batch (sequences)" in gantt  # the colour bar's label
+    assert any(t.startswith(("s ", "min ", "h ")) for t in gantt)
+
+
+def test_time_unit_fits_the_span() -> None:
+    from libra.plotting import format_duration, time_unit
+
+    assert time_unit([0.7, 30]) == (1.0, "s")
+    assert time_unit([600]) == (60.0, "min")
+    assert time_unit([9 * 3600, float("nan")]) == (3600.0, "h")
+    assert format_duration(3723) == "1:02:03" and format_duration(42) == "0:42"
