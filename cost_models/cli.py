@@ -19,24 +19,26 @@ from pathlib import Path
 from cost_models.errors import CostModelError
 
 PROG = "libra-calibrate"
-DEFAULT_REPORT_GPUS = ("a100", "h100", "h200")
+DEFAULT_REPORT_GPUS = ("a100", "h100", "h200", "b200", "gb200")
 
 
 # ---- fit -----------------------------------------------------------------------------------
 def _add_fit(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", required=True, help="folder of aiconfigurator-style CSVs (gemm_perf.csv, ...)")
-    p.add_argument("--gpu", required=True, help="catalog name of the device measured (a100, h100, h200, cpu, ...)")
+    p.add_argument("--gpu", required=True, help="catalog name of the device measured (a100, h100, h200, b200, gb200, cpu, ...)")
     p.add_argument("-o", "--output", required=True, help="calibration JSON to write")
     p.add_argument("--network", help="optional Vidur network folder (send_recv.csv) for intra-node p2p")
     p.add_argument("--nccl-logs", help="optional folder of multi-node nccl-tests all_reduce logs")
     p.add_argument("--nccl-logs-gpu", default="a100",
                    help="GPU whose network the nccl-tests logs were measured on (default a100)")
+    p.add_argument("--network-gpu", help="GPU the --network profile was measured on when it is not --gpu "
+                   "(its send/recv bandwidth is rescaled to --gpu's NVLink; b200/gb200 use h100's)")
 
 
 def _run_fit(args: argparse.Namespace) -> int:
     from cost_models.calibration.fit import fit_folder
 
-    calib = fit_folder(args.data, args.gpu, args.network, args.nccl_logs, args.nccl_logs_gpu)
+    calib = fit_folder(args.data, args.gpu, args.network, args.nccl_logs, args.nccl_logs_gpu, args.network_gpu)
     out = calib.save(args.output)
     fams = ", ".join(sorted(calib.families))
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB): {calib.gpu}, families {fams}")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, Literal
 
 from numpy.typing import ArrayLike
@@ -49,9 +48,7 @@ class CostEvaluator:
         every rollout iteration. ``engine`` (explicit) wins over the file's entry."""
         spec = get_gpu(gpu)
         if gpus_per_node is not None:
-            if gpus_per_node < 1:
-                raise CostModelError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
-            spec = replace(spec, gpus_per_node=int(gpus_per_node))
+            spec = spec.with_gpus_per_node(int(gpus_per_node))  # keeps a larger NVLink domain (NVL72)
         self.gpu: GPUSpec = spec
         self.model: ModelSpec = get_model(model)
         self.ops: OperatorSet = ops if ops is not None else load_operators(spec, calibration)
@@ -106,8 +103,9 @@ class CostEvaluator:
         return min(self.max_num_seqs, self.kv_capacity_tokens(tp) // _mem.KV_BLOCK_TOKENS)
 
     def valid_rollout_tps(self) -> list[int]:
-        """TP degrees that shard the model inside one node and leave room for a KV cache."""
-        return [t for t in _mem.valid_tps(self.model, self.gpu.gpus_per_node) if self.kv_capacity_tokens(t) > 0]
+        """TP degrees an engine runs (``memory.tp_rule``: inside one NVLink domain, at most
+        ``ROLLOUT_MAX_TP``) that leave room for a KV cache."""
+        return [t for t in _mem.tp_degrees(self.model, self.gpu.nvlink_domain, rollout=True) if self.kv_capacity_tokens(t) > 0]
 
     # ---- training ---------------------------------------------------------------------------
     def validate(self, strategy: TrainStrategy, n_gpus: int | None = None) -> None:

@@ -11,6 +11,21 @@ Link assumptions (documented in docs/cost-model.md):
   HDR (25 GB/s) for A100/A800 and 400 Gb/s NDR (50 GB/s) for H100/H200.
 - ``pcie_bw`` is achieved host<->GPU copy bandwidth from pinned memory: ~25 GB/s on PCIe
   Gen4 x16 (A100/A800, 32 GB/s theoretical), ~50 GB/s on Gen5 x16 (H100/H200, 64 theoretical).
+- ``nvlink_domain`` is how many GPUs one NVLink fabric joins (TP and EP groups, intra- vs
+  inter-node collectives, same-node transfers); ``gpus_per_node`` stays the host: processes,
+  host memory, the offload link. They are equal on HGX/DGX boards (8); a GB200 NVL72 rack has
+  4 GPUs per compute tray (its "node") and 72 on one NVLink switch fabric, so a TP-8 group
+  spans two trays at NVLink speed. ``inter_node_bw`` is then the network *between* domains.
+- B200 / GB200 (aiconfigurator ``b200_sxm`` / ``gb200`` system.yaml and NVIDIA's Blackwell
+  datasheet): NVLink 5, 1.8 TB/s total -> 900 GB/s per direction. Network: one 400 Gb/s NDR
+  ConnectX-7 NIC per GPU (50 GB/s), what DGX B200 and the first GB200 NVL72 trays ship with;
+  aiconfigurator's system.yaml assumes 800 Gb/s ConnectX-8 (100 GB/s, the B300/GB300
+  generation), which halves every inter-domain bandwidth term if your cluster has it (build a
+  ``GPUSpec`` with ``inter_node_bw=100e9``). Host link: B200 is PCIe Gen5 x16 like H100 (~50
+  GB/s achieved; the system.yaml's 128 GB/s is PCIe 6). GB200 talks to its Grace CPU over
+  NVLink-C2C (900 GB/s total, 450 per direction), but two GPUs share one Grace whose LPDDR5X
+  streams ~512 GB/s, so an offload of both GPUs at once (every role change moves all GPUs of a
+  tray) gets ~256 GB/s each: that, not C2C, is the offload bandwidth used.
 - ``cpu`` stands for this machine, used by the small CPU engine and tests. Its memory is read
   from the OS; its compute and bandwidth are conservative defaults (documented below) that
   ``libra-calibrate profile``/``fit`` replace with measured operator timings.
@@ -19,7 +34,7 @@ Link assumptions (documented in docs/cost-model.md):
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cost_models.errors import CostModelError
 
@@ -36,8 +51,27 @@ class GPUSpec:
     bf16_flops: float  # dense bf16 tensor-core peak, FLOP/s
     intra_node_bw: float  # NVLink, B/s per GPU per direction
     inter_node_bw: float  # network, B/s per GPU (one NIC per GPU)
-    gpus_per_node: int = 8
+    gpus_per_node: int = 8  # GPUs per host (processes, host memory, the offload link)
     pcie_bw: float = 25e9  # host <-> GPU, B/s achieved (offload/reload of weights and optimizer state)
+    nvlink_domain: int = 0  # GPUs per NVLink domain; 0 = gpus_per_node (one board per node)
+
+    def __post_init__(self) -> None:
+        # A domain is whole nodes: a node never straddles two NVLink fabrics.
+        if self.nvlink_domain == 0:
+            object.__setattr__(self, "nvlink_domain", self.gpus_per_node)
+        if self.gpus_per_node < 1 or self.nvlink_domain < self.gpus_per_node or self.nvlink_domain % self.gpus_per_node:
+            raise CostModelError(
+                f"GPU {self.name!r}: nvlink_domain={self.nvlink_domain} must be a multiple of gpus_per_node={self.gpus_per_node}"
+            )
+
+    def with_gpus_per_node(self, gpus_per_node: int) -> GPUSpec:
+        """This GPU on hosts of ``gpus_per_node``: an NVLink domain that was the node follows the
+        node (an HGX board of another size); a larger fabric (NVL72) is kept, so a node size that
+        does not divide it is refused."""
+        if gpus_per_node < 1:
+            raise CostModelError(f"gpus_per_node must be >= 1, got {gpus_per_node}")
+        domain = gpus_per_node if self.nvlink_domain == self.gpus_per_node else self.nvlink_domain
+        return replace(self, gpus_per_node=int(gpus_per_node), nvlink_domain=int(domain))
 
 
 # Defaults for the ``cpu`` entry: a few-core server running fp32 torch matmuls reaches roughly
@@ -76,6 +110,10 @@ GPUS: dict[str, GPUSpec] = {
     "a800": GPUSpec("a800", int(80 * GB), 2.039e12, 312e12, 200 * GB, 25 * GB, 8),
     "h100": GPUSpec("h100", int(80 * GB), 3.35e12, 989e12, 450 * GB, 50 * GB, 8, 50 * GB),
     "h200": GPUSpec("h200", int(141 * GB), 4.8e12, 989e12, 450 * GB, 50 * GB, 8, 50 * GB),
+    # B200 SXM: 180 GB HBM3e, 7.7 TB/s, 2,250 TFLOP/s dense bf16, NVLink 5 (8 per HGX board)
+    "b200": GPUSpec("b200", int(180 * GB), 7.7e12, 2250e12, 900 * GB, 50 * GB, 8, 50 * GB),
+    # GB200 NVL72: 186 GB HBM3e, 8.0 TB/s, 2,500 TFLOP/s; 4 GPUs per tray, 72 per NVLink domain
+    "gb200": GPUSpec("gb200", int(186 * GB), 8.0e12, 2500e12, 900 * GB, 50 * GB, 4, 256 * GB, nvlink_domain=72),
     "cpu": _cpu_spec(),
 }
 
@@ -90,7 +128,7 @@ def get_gpu(name: str | GPUSpec) -> GPUSpec:
         return name
     key = str(name).strip().lower()
     # tolerate the aiconfigurator folder spelling ("h100_sxm") and vendor suffixes ("a100-80g")
-    for suffix in ("_sxm", "-sxm", "-80g", "_80g", "-80gb"):
+    for suffix in ("_sxm", "-sxm", "-80g", "_80g", "-80gb", "-nvl72", "_nvl72"):
         if key.endswith(suffix):
             key = key[: -len(suffix)]
     try:

@@ -13,12 +13,22 @@ Sharding rules (documented in docs/cost-model.md):
 - PP gives each stage ``ceil(L / pp)`` layers; the first stage also holds the embedding, the last
   the final norm and LM head (a tied embedding is held by both when pp > 1). The heaviest stage
   sets the per-GPU need.
-- EP gives each GPU ``n_experts / ep`` experts (EP ranks come from the DP dimension, Megatron's
-  layout), each expert's FFN still sharded by ``tp``.
+- EP (Megatron MoE parallel folding, expert tensor parallel ETP = 1, CP = 1): the MoE layers
+  re-fold the same ``tp * dp`` ranks of a stage as EP x EDP, so ``ep`` divides ``tp * dp`` (not
+  only ``dp``) and the experts; each GPU holds ``n_experts / ep`` WHOLE experts (not
+  TP-sharded), replicated over the expert-data-parallel group of ``tp * dp / ep`` ranks. With
+  ``ep == 1`` experts are TP-sharded like a dense MLP (Megatron's default ETP = TP; vLLM).
 - Training state is mixed-precision Adam as in the ZeRO paper: bf16 weights (2 B/param), bf16
   gradients (2 B/param), fp32 master weights + Adam m + v (12 B/param). ZeRO-1 shards the 12,
-  ZeRO-2 also the gradients, ZeRO-3 also the weights, across the DP group (experts across
-  ``dp / ep``).
+  ZeRO-2 also the gradients, ZeRO-3 also the weights, across the DP group (experts across the
+  expert-DP group, ``expert_dp``).
+
+TP validity is ONE rule, here (``tp_rule``): TP divides the attention heads, divides or is a
+multiple of the KV heads, stays inside one NVLink domain (``GPUSpec.nvlink_domain``: 8 on
+HGX boards, 72 on GB200 NVL72, where a group spans trays) and divides it, so instances and TP
+groups tile the domain without holes; a rollout engine is further capped at ``ROLLOUT_MAX_TP``.
+The planner (``libra.planner.costs.valid_tp_degrees``), the decision tree, the training
+validator and the rollout timer all call it.
 """
 
 from __future__ import annotations
@@ -55,23 +65,97 @@ DEFAULT_MAX_NUM_SEQS = 256  # vLLM default max_num_seqs
 
 
 # ---- sharding ----------------------------------------------------------------------------------
-def check_tp(model: ModelSpec, tp: int) -> None:
-    """TP must divide the attention heads, and divide or be a multiple of the KV heads."""
-    if tp < 1 or model.n_heads % tp or (model.n_kv_heads % tp and tp % model.n_kv_heads):
-        ok = valid_tps(model, 8)  # TP groups stay in a node; 8 GPUs is the largest catalog node
-        raise CostModelError(
-            f"tp={tp} does not shard {model.name} ({model.n_heads} heads, {model.n_kv_heads} KV heads); "
-            f"valid tp: {', '.join(map(str, ok))}"
-        )
+#: Largest TP a rollout engine runs. vLLM/SGLang deployments stop at one 8-GPU board; on an
+#: NVL72 rack a larger group would be possible, but per-layer all-reduce latency then outweighs
+#: the halved GEMMs for decode, no engine profile covers it, and the measured collective tables
+#: stop at 4 (GB200) or 8 GPUs. So rollout uses 1, 2, 4, 8 on GB200 as on HGX; training TP may
+#: use the whole domain (the rule below still applies).
+ROLLOUT_MAX_TP = 8
 
 
 def _tp_ok(model: ModelSpec, tp: int) -> bool:
-    return model.n_heads % tp == 0 and (model.n_kv_heads % tp == 0 or tp % model.n_kv_heads == 0)
+    """TP shards the model: divides the heads, divides or is a multiple of the KV heads."""
+    return tp >= 1 and model.n_heads % tp == 0 and (model.n_kv_heads % tp == 0 or tp % model.n_kv_heads == 0)
+
+
+def tp_rule(model: ModelSpec, tp: int, nvlink_domain: int, rollout: bool = False) -> str | None:
+    """Why ``tp`` cannot be used for ``model`` on an NVLink domain of ``nvlink_domain`` GPUs, or
+    None when it can: THE TP rule of the project (see the module docstring). ``rollout`` adds
+    the engine cap ``ROLLOUT_MAX_TP``."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        return f"tp must be a positive integer, got {tp!r}"
+    if model.n_heads % tp:
+        return f"tp={tp} does not divide the {model.n_heads} attention heads"
+    if model.n_kv_heads % tp and tp % model.n_kv_heads:
+        return f"tp={tp} neither divides nor is a multiple of the {model.n_kv_heads} KV heads"
+    if tp > nvlink_domain:
+        return f"tp={tp} exceeds the {nvlink_domain} GPUs of one NVLink domain (a TP group stays on one NVLink fabric)"
+    if nvlink_domain % tp:
+        return f"tp={tp} does not divide the {nvlink_domain}-GPU NVLink domain (TP groups would leave holes)"
+    if rollout and tp > ROLLOUT_MAX_TP:
+        return f"tp={tp} exceeds the rollout engine's largest TP ({ROLLOUT_MAX_TP})"
+    return None
+
+
+def tp_degrees(model: ModelSpec, nvlink_domain: int, rollout: bool = False) -> list[int]:
+    """Every TP degree ``tp_rule`` accepts, ascending."""
+    top = min(nvlink_domain, ROLLOUT_MAX_TP) if rollout else nvlink_domain
+    return [t for t in range(1, top + 1) if tp_rule(model, t, nvlink_domain, rollout) is None]
+
+
+def check_tp(model: ModelSpec, tp: int, gpu: GPUSpec | None = None, rollout: bool = False) -> None:
+    """Raise ``CostModelError`` naming the valid degrees when ``tp`` breaks ``tp_rule`` on
+    ``gpu``'s NVLink domain; without ``gpu`` only the sharding part (heads, KV heads) is checked
+    and the valid degrees up to ``ROLLOUT_MAX_TP`` are listed."""
+    if gpu is None:
+        if isinstance(tp, int) and not isinstance(tp, bool) and _tp_ok(model, tp):
+            return
+        why = tp_rule(model, tp, 1 << 30) or f"tp={tp} is invalid"
+        ok = valid_tps(model, ROLLOUT_MAX_TP)
+        raise CostModelError(
+            f"tp={tp} does not shard {model.name} ({model.n_heads} heads, {model.n_kv_heads} KV heads): {why}; "
+            f"valid tp: {', '.join(map(str, ok))}"
+        )
+    why = tp_rule(model, tp, gpu.nvlink_domain, rollout)
+    if why is not None:
+        ok = tp_degrees(model, gpu.nvlink_domain, rollout)
+        raise CostModelError(
+            f"{why} on {gpu.name} ({gpu.nvlink_domain} GPUs per NVLink domain); "
+            f"valid tp{' (rollout)' if rollout else ''}: {', '.join(map(str, ok))}"
+        )
 
 
 def valid_tps(model: ModelSpec, max_tp: int) -> list[int]:
-    """TP degrees that shard ``model`` and stay within ``max_tp`` GPUs (a node)."""
+    """TP degrees up to ``max_tp`` that shard ``model`` (heads and KV heads only; placement
+    is ``tp_rule``'s job)."""
     return [t for t in range(1, max_tp + 1) if _tp_ok(model, t)]
+
+
+def ep_rule(model: ModelSpec, tp: int, dp: int, ep: int) -> str | None:
+    """Why expert parallelism ``ep`` cannot run with ``tp x dp`` ranks per pipeline stage, or
+    None. Megatron MoE parallel folding with ETP = 1, CP = 1: the MoE layers use the same
+    ``tp * dp`` ranks as EP x EDP, so ``ep`` divides ``tp * dp`` and the expert count."""
+    if ep == 1:
+        return None
+    if not model.is_moe:
+        return f"ep={ep} needs a MoE model; {model.name} is dense, use ep=1"
+    if model.n_experts % ep or (tp * dp) % ep:
+        return f"ep={ep} must divide the {model.n_experts} experts and tp*dp = {tp}*{dp} = {tp * dp} (MoE parallel folding)"
+    return None
+
+
+def valid_eps(model: ModelSpec, tp: int, dp: int) -> list[int]:
+    """Every EP degree ``ep_rule`` accepts for ``tp x dp`` ranks per stage (1 for dense models)."""
+    if not model.is_moe:
+        return [1]
+    return [e for e in range(1, model.n_experts + 1) if model.n_experts % e == 0 and ep_rule(model, tp, dp, e) is None]
+
+
+def expert_dp(tp: int, dp: int, ep: int) -> int:
+    """Ranks one expert's parameters are replicated over (ZeRO shards them across these):
+    ``tp * dp / ep`` under parallel folding; with ``ep == 1`` experts are TP-sharded like dense
+    weights and replicated over ``dp``."""
+    return max(1, dp if ep == 1 else tp * dp // ep)
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -98,7 +182,8 @@ class ShardParams:
 
 
 def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float]:
-    """(dense, expert) parameters of ONE block on one GPU under TP (and EP for experts)."""
+    """(dense, expert) parameters of ONE block on one GPU under TP (and EP for experts: see the
+    module docstring, experts are TP-sharded only when ``ep == 1``)."""
     hd = model.head_dim
     kvh = kv_heads_per_gpu(model, tp)
     attn = 2 * model.hidden * model.q_dim / tp + 2 * model.hidden * kvh * hd
@@ -109,7 +194,8 @@ def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float,
     dense = attn + 2 * model.hidden  # + the two RMSNorms (replicated)
     expert = 0.0
     if model.is_moe:
-        expert = model.n_experts / ep * model.expert_params / tp
+        # ep > 1: whole experts per GPU (ETP = 1, parallel folding); ep == 1: TP-sharded FFNs
+        expert = model.n_experts / ep * model.expert_params / (tp if ep == 1 else 1)
         dense += model.hidden * model.n_experts  # router, replicated
         if model.shared_expert_intermediate:
             dense += 3 * model.hidden * model.shared_expert_intermediate / tp + model.hidden
@@ -196,8 +282,7 @@ def _usable_train_bytes(gpu: GPUSpec) -> float:
 def train_breakdown(gpu: GPUSpec, model: ModelSpec, s: "TrainStrategy", seq_len: int) -> dict[str, float]:
     """Bytes per GPU by component for training ``model`` with strategy ``s`` (heaviest stage)."""
     p = params_per_gpu(model, s.tp, s.pp, s.ep)
-    dp_e = max(1, s.dp // s.ep)
-    sharded = p.dense / s.dp + p.expert / dp_e  # one DP shard of this GPU's parameters
+    sharded = p.dense / s.dp + p.expert / expert_dp(s.tp, s.dp, s.ep)  # one DP shard of this GPU's parameters
     z = s.zero_stage
     weights = DTYPE_BYTES * (sharded if z >= 3 else p.total)
     grads = GRAD_BYTES * (sharded if z >= 2 else p.total)
@@ -250,10 +335,9 @@ def _describe(s: "TrainStrategy") -> str:
 
 def _valid_for(g: GPUSpec, m: ModelSpec, s: "TrainStrategy") -> bool:
     return (
-        _tp_ok(m, s.tp)
-        and s.tp <= g.gpus_per_node
+        tp_rule(m, s.tp, g.nvlink_domain) is None
         and m.n_layers % s.pp == 0
-        and (s.ep == 1 or (m.is_moe and m.n_experts % s.ep == 0 and s.dp % s.ep == 0))
+        and ep_rule(m, s.tp, s.dp, s.ep) is None
     )
 
 
@@ -295,7 +379,7 @@ def _train_suggestions(g: GPUSpec, m: ModelSpec, s: "TrainStrategy", seq_len: in
 
 
 def _smallest_fitting(g: GPUSpec, m: ModelSpec, s: "TrainStrategy", seq_len: int) -> "TrainStrategy | None":
-    tps = [t for t in valid_tps(m, g.gpus_per_node)]
+    tps = tp_degrees(m, g.nvlink_domain)
     pps = [p for p in range(1, m.n_layers + 1) if m.n_layers % p == 0]
     n = 1
     while n <= 4096:
@@ -360,10 +444,11 @@ def rollout_memory(
     sugg: tuple[str, ...] = ()
     if not ok:
         good = [
-            t for t in valid_tps(m, g.gpus_per_node)
+            t for t in tp_degrees(m, g.nvlink_domain, rollout=True)
             if t > tp and kv_capacity_tokens(g, m, t, gpu_mem_util, max_num_batched_tokens, max_num_seqs) >= KV_BLOCK_TOKENS
         ]
-        sugg = tuple(f"tp={t}" for t in good[:3]) or (f"no TP up to {g.gpus_per_node} fits {m.name} on {g.name}",)
+        top = min(g.nvlink_domain, ROLLOUT_MAX_TP)
+        sugg = tuple(f"tp={t}" for t in good[:3]) or (f"no TP up to {top} fits {m.name} on {g.name}",)
     return MemoryReport(
         ok, budget, sum(bd.values()), bd, sugg, what=f"rollout {m.name} tp={tp} on {g.name}",
         extra={"kv_tokens": tokens, "kv_bytes_per_token_per_gpu": per_tok},

@@ -29,7 +29,7 @@ HELP = "predict one decode/prefill iteration, a training step, or a rollout inst
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--gpu", required=True, help="catalog GPU: a100, a800, h100, h200, cpu")
+    p.add_argument("--gpu", required=True, help="catalog GPU: a100, a800, h100, h200, b200, gb200, cpu")
     p.add_argument("--model", required=True, help="catalog model (e.g. qwen3-14b) or a config.json path")
     p.add_argument("--calibration", default=None, help="operator calibration JSON (default: bundled for the GPU)")
     p.add_argument("--gpus-per-node", type=int, default=None, help="override the GPU's node size")

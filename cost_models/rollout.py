@@ -74,11 +74,7 @@ class RolloutTimer:
     def _check_tp(self, tp: int) -> None:
         if tp in self._checked:
             return
-        check_tp(self.model, tp)
-        if tp > self.gpu.gpus_per_node:
-            raise CostModelError(
-                f"tp={tp} exceeds the {self.gpu.gpus_per_node} GPUs of a {self.gpu.name} node; a TP group stays in one node"
-            )
+        check_tp(self.model, tp, self.gpu, rollout=True)  # the one TP rule: NVLink domain, engine cap
         self._checked.add(tp)
 
     def _dense_part(self, tp: int, m: Any) -> Any:

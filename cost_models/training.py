@@ -30,11 +30,13 @@ from cost_models.errors import CostModelError
 from cost_models.hardware import GPUSpec
 from cost_models.memory import (
     DTYPE_BYTES,
-    _tp_ok,
+    ep_rule,
     kv_heads_per_gpu,
     layer_params_per_gpu,
     params_per_gpu,
-    valid_tps,
+    tp_degrees,
+    tp_rule,
+    valid_eps,
 )
 from cost_models.models import ModelSpec
 from cost_models.operators.base import OperatorSet
@@ -50,7 +52,8 @@ OPERATOR_HEAD_DIM = 128  # the operator set's attention is for head_dim 128; oth
 class TrainStrategy:
     """A training strategy on ``tp * pp * dp`` GPUs; same field names as
     ``libra.planner.plan.TrainConfig`` so the planner converts one to the other 1:1.
-    EP ranks are drawn from the DP dimension (``ep`` divides ``dp``)."""
+    EP follows Megatron's MoE parallel folding (ETP = 1, CP = 1): the MoE layers re-fold a
+    stage's ``tp * dp`` ranks as EP x expert-DP, so ``ep`` divides ``tp * dp``."""
 
     tp: int
     pp: int
@@ -73,8 +76,10 @@ def validate_strategy(s: TrainStrategy, model: ModelSpec, gpu: GPUSpec, n_gpus: 
     """Raise ``CostModelError`` naming what would work if ``s`` cannot run ``model`` on ``gpu``.
 
     Rules: positive degrees; TP divides the attention heads and divides or is a multiple of the
-    KV heads (KV heads then replicate); TP within one node; PP divides the layers; EP only for
-    MoE, dividing the experts and DP; ZeRO stage 0-3; ``tp * pp * dp == n_gpus`` when given.
+    KV heads (KV heads then replicate), within one NVLink domain and dividing it
+    (``memory.tp_rule``); PP divides the layers; EP only for MoE, dividing the experts and
+    ``tp * dp`` (``memory.ep_rule``, parallel folding); ZeRO stage 0-3; ``tp * pp * dp == n_gpus``
+    when given.
     """
     for f in ("tp", "pp", "dp", "ep", "micro_batch"):
         v = getattr(s, f)
@@ -82,26 +87,21 @@ def validate_strategy(s: TrainStrategy, model: ModelSpec, gpu: GPUSpec, n_gpus: 
             raise CostModelError(f"{f} must be a positive integer, got {v!r}")
     if s.zero_stage not in (0, 1, 2, 3):
         raise CostModelError(f"zero_stage must be 0, 1, 2 or 3, got {s.zero_stage!r}")
-    if not _tp_ok(model, s.tp) or s.tp > gpu.gpus_per_node:
-        ok = ", ".join(map(str, valid_tps(model, gpu.gpus_per_node)))
+    why = tp_rule(model, s.tp, gpu.nvlink_domain)
+    if why is not None:
+        ok = ", ".join(map(str, tp_degrees(model, gpu.nvlink_domain)))
         raise CostModelError(
-            f"tp={s.tp} is invalid for {model.name} on {gpu.name} ({model.n_heads} heads, "
-            f"{model.n_kv_heads} KV heads, {gpu.gpus_per_node} GPUs per node); valid tp: {ok}"
+            f"tp={s.tp} is invalid for {model.name} on {gpu.name} ({why}; {model.n_heads} heads, "
+            f"{model.n_kv_heads} KV heads, {gpu.nvlink_domain} GPUs per NVLink domain); valid tp: {ok}"
         )
     if model.n_layers % s.pp:
         raise CostModelError(
             f"pp={s.pp} does not divide {model.n_layers} layers of {model.name}; "
             f"valid pp: {', '.join(map(str, _divisors(model.n_layers)))}"
         )
-    if s.ep > 1:
-        if not model.is_moe:
-            raise CostModelError(f"ep={s.ep} needs a MoE model; {model.name} is dense, use ep=1")
-        if model.n_experts % s.ep or s.dp % s.ep:
-            ok = [e for e in _divisors(model.n_experts) if s.dp % e == 0]
-            raise CostModelError(
-                f"ep={s.ep} must divide {model.n_experts} experts and dp={s.dp}; "
-                f"valid ep: {', '.join(map(str, ok))}"
-            )
+    why = ep_rule(model, s.tp, s.dp, s.ep)
+    if why is not None:
+        raise CostModelError(f"{why}; valid ep: {', '.join(map(str, valid_eps(model, s.tp, s.dp)))}")
     if n_gpus is not None and s.n_gpus != n_gpus:
         raise CostModelError(
             f"tp*pp*dp = {s.tp}*{s.pp}*{s.dp} = {s.n_gpus} but {n_gpus} GPUs were given; "
@@ -150,8 +150,11 @@ def _layer_times(
     bwd += ATTN_BWD_FACTOR * attn
     elementwise = 6 * m * h * DTYPE_BYTES  # two RMSNorms (read + write) and two residual adds
     if model.is_moe:
-        # the EP group routes all of its ranks' tokens (m each): moe_s takes the group's total
-        moe = _f(ops.moe_s(m * ep, h, model.moe_intermediate, model.experts_per_token, model.n_experts, tp, ep))
+        # ep == 1: the experts are TP-sharded like an MLP (moe_s with moe_tp = tp). ep > 1
+        # (parallel folding, ETP = 1): Megatron runs MoE with TP under sequence parallelism, so
+        # each of the ep ranks routes m / tp tokens to whole experts; moe_s takes the group's total
+        etp = tp if ep == 1 else 1
+        moe = _f(ops.moe_s(m * ep / (tp // etp), h, model.moe_intermediate, model.experts_per_token, model.n_experts, etp, ep))
         fwd, bwd = fwd + moe, bwd + 2 * moe
         if model.shared_expert_intermediate:
             for n, k in ((2 * model.shared_expert_intermediate / tp, h), (h, model.shared_expert_intermediate / tp)):
@@ -166,10 +169,13 @@ def _layer_times(
     fwd, bwd = fwd + mb, bwd + 2 * mb
     comm = 2 * _f(ops.allreduce_s(m * h * DTYPE_BYTES, tp, False))
     if model.is_moe and ep > 1:  # dispatch + combine all-to-all, modelled as an all-gather of the same bytes
-        ep_inter = tp * s.pp * ep > gpu.gpus_per_node
-        comm += 2 * _f(ops.allgather_s(m * model.experts_per_token * h * DTYPE_BYTES, ep, ep_inter))
+        # folding: an EP group is ep consecutive ranks of a stage (Megatron's etp-ep-edp order),
+        # so it is on NVLink when it fits one domain and tiles it (else some group straddles two)
+        dom = gpu.nvlink_domain
+        ep_inter = ep > dom or dom % ep != 0
+        comm += 2 * _f(ops.allgather_s(m / tp * model.experts_per_token * h * DTYPE_BYTES, ep, ep_inter))
     d, e = layer_params_per_gpu(model, tp, ep)
-    dp_inter = s.n_gpus > gpu.gpus_per_node and s.dp > 1
+    dp_inter = s.n_gpus > gpu.nvlink_domain and s.dp > 1
     zero = _f(ops.allgather_s(DTYPE_BYTES * (d + e), s.dp, dp_inter))
     return fwd, bwd, comm, zero
 
@@ -213,7 +219,7 @@ def _micro_batches(s: TrainStrategy, tokens: int, seq_len: int) -> int:
 def _p2p(ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, seq_len: int) -> float:
     if s.pp == 1:
         return 0.0
-    inter = s.tp * s.pp > gpu.gpus_per_node
+    inter = s.tp * s.pp > gpu.nvlink_domain
     return _f(ops.p2p_s(s.micro_batch * seq_len * model.hidden * DTYPE_BYTES, inter))
 
 
@@ -230,7 +236,7 @@ def train_iter_s(
     pipe = (n_micro + s.pp - 1) * per_micro
     p = params_per_gpu(model, s.tp, s.pp, s.ep)
     grad_bytes = DTYPE_BYTES * p.total
-    dp_inter = s.n_gpus > gpu.gpus_per_node and s.dp > 1
+    dp_inter = s.n_gpus > gpu.nvlink_domain and s.dp > 1
     tail = 0.0
     if s.dp > 1:
         if s.zero_stage == 0:

@@ -17,7 +17,7 @@ from typing import Literal
 
 from cost_models.errors import CostModelError
 from cost_models.hardware import GPUSpec
-from cost_models.memory import ADAM_STATE_BYTES, DTYPE_BYTES, check_tp, params_per_gpu
+from cost_models.memory import ADAM_STATE_BYTES, DTYPE_BYTES, check_tp, expert_dp, params_per_gpu
 from cost_models.models import ModelSpec
 from cost_models.operators.base import OperatorSet
 
@@ -58,7 +58,8 @@ def weight_sync_s(
     ``sharded`` (resharding, checkpoint-engine style): every trainer GPU sends slices it owns
     directly to the rollout GPUs that need them; the busiest link carries
     ``max(instances x W / n_train_gpus, W / min(rollout tp))`` bytes.
-    ``same_node`` picks NVLink (True) or the per-GPU InfiniBand NIC (False).
+    ``same_node`` picks NVLink (True: trainer and rollout GPUs share one NVLink domain, which
+    on GB200 NVL72 is the 72-GPU rack, not the 4-GPU tray) or the per-GPU InfiniBand NIC (False).
     """
     if not rollout_tps:
         return 0.0
@@ -76,7 +77,7 @@ def weight_sync_s(
     load = _f(ops.memory_bound_s(W + W / min_tp))  # read received tensors, write this GPU's shard
     if mode == "broadcast":
         shards = train_tp * train_pp
-        gather = _f(ops.allgather_s(W, shards, shards > gpu.gpus_per_node)) if shards > 1 else 0.0
+        gather = _f(ops.allgather_s(W, shards, shards > gpu.nvlink_domain)) if shards > 1 else 0.0
         n_recv = sum(int(t) for t in rollout_tps)
         hops = _f(ops.p2p_s(0.0, inter)) * math.log2(max(2, n_recv))
         return gather + _f(ops.p2p_s(W, inter)) + hops + latency + load
@@ -99,7 +100,7 @@ def rollout_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
 def train_state_bytes_per_gpu(model: ModelSpec, tp: int, pp: int, dp: int, ep: int = 1, zero_stage: int = 1) -> float:
     """bf16 weights + fp32 optimizer state one training GPU holds (gradients are recreated)."""
     p = params_per_gpu(model, tp, pp, ep)
-    shard = p.dense / dp + p.expert / max(1, dp // ep)
+    shard = p.dense / dp + p.expert / expert_dp(tp, dp, ep)  # experts: over tp*dp/ep (folding)
     weights = DTYPE_BYTES * (shard if zero_stage >= 3 else p.total)
     optim = ADAM_STATE_BYTES * (shard if zero_stage >= 1 else p.total)
     return weights + optim
@@ -139,7 +140,8 @@ def kv_migration_s(
 ) -> float:
     """Seconds to move ``tokens`` of one sequence's KV cache between instances: the logical KV
     bytes (all layers, all KV heads, bf16) split over ``min(tp_src, tp_dst)`` parallel GPU-to-GPU
-    links (each source GPU sends the heads it holds), NVLink when ``same_node`` else InfiniBand,
+    links (each source GPU sends the heads it holds), NVLink when ``same_node`` (one NVLink
+    domain) else InfiniBand,
     plus block-table bookkeeping. 0 for an empty context."""
     if tokens < 0:
         raise CostModelError(f"tokens must be >= 0, got {tokens}")

@@ -38,7 +38,8 @@ import numpy as np
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.decision_tree import DecisionTree, enumerate_strategies, training_time_fn
-from libra.planner.packing import node_capacities, pack
+from libra.planner.costs import nvlink_domain
+from libra.planner.packing import place
 from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
 from libra.pool.base import PoolPolicy
 from libra.scheduling.base import RolloutScheduler
@@ -94,10 +95,13 @@ def prior_step(prompt_tokens: np.ndarray, gen: int = PRIOR_GEN_TOKENS, turns: in
     return StepArrays.from_trajectories(0, trajs)
 
 
-def uniform_instances(n_gpus: int, tp: int, gpus_per_node: int, first_node: int = 0) -> tuple[RolloutInstance, ...]:
-    """``n_gpus // tp`` TP-``tp`` instances packed on the first nodes, one bucket (0)."""
+def uniform_instances(
+    n_gpus: int, tp: int, gpus_per_node: int, first_node: int = 0, nvlink_domain: int | None = None
+) -> tuple[RolloutInstance, ...]:
+    """``n_gpus // tp`` TP-``tp`` instances packed on the first NVLink domains (default: nodes;
+    a GB200 rack, where one instance may span trays), one bucket (0)."""
     k = n_gpus // tp
-    where = pack(node_capacities(n_gpus, gpus_per_node), [tp] * k)
+    where = place(n_gpus, gpus_per_node, [tp] * k, nvlink_domain)
     if where is None or k == 0:
         raise UserError(f"{k} rollout instances of TP={tp} do not pack into {n_gpus} GPUs ({gpus_per_node} per node)")
     return tuple(RolloutInstance(id=i, tp=tp, bucket=0, node=first_node + n, first_gpu=g) for i, (n, g) in enumerate(where))
@@ -116,7 +120,8 @@ class _Chooser:
     def rollout_tps(self, max_context: int) -> list[int]:
         """Rollout TPs to consider: valid, and (unless pinned) holding ``max_context`` tokens of
         KV; the largest valid TP if none does."""
-        tps = [t for t in self.costs.ev.valid_rollout_tps() if t <= self.cluster.gpus_per_node]
+        dom = nvlink_domain(getattr(self.costs.ev, "gpu", None), self.cluster.gpus_per_node)
+        tps = [t for t in self.costs.ev.valid_rollout_tps() if t <= dom]
         if self.pins.rollout_tp is None and tps:
             holding = [t for t in tps if self.costs.kv_capacity(t) >= max_context + 1]
             tps = holding or [max(tps)]
@@ -306,7 +311,8 @@ class StaticPolicy:
             n_rollout_gpus=r,
             n_train_gpus=self.cluster.train_gpu_cap if self.colocated else n - r,
             train=cfg,
-            instances=uniform_instances(r, tp, self.cluster.gpus_per_node),
+            instances=uniform_instances(r, tp, self.cluster.gpus_per_node,
+                                        nvlink_domain=nvlink_domain(getattr(self.costs.ev, "gpu", None), self.cluster.gpus_per_node)),
             buckets=(Bucket(0, tp, 0, None),),
             mode="async" if self.mode == "async" else "sync",
             max_staleness=self.staleness,

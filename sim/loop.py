@@ -33,6 +33,8 @@ import simpy
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
+from libra.planner.costs import nvlink_domain
+from libra.planner.packing import instance_gpus, placement_error
 from libra.planner.plan import Plan
 from libra.policy import Policy
 from libra.pool.base import RoleChange
@@ -100,10 +102,14 @@ class Simulator:
     # ------------------------------------------------------------------ plan checks
     def _instance_gpus(self, plan: Plan) -> list[tuple[int, ...]]:
         out = []
+        # a TP group must stay on one NVLink domain (a node, or a GB200 NVL72 rack): the
+        # planner's own placement rule (libra.planner.packing), so the two agree
+        dom = nvlink_domain(getattr(self.costs.ev, "gpu", None), self.gpn)
         for ri in plan.instances:
-            if ri.tp < 1 or ri.first_gpu < 0 or ri.first_gpu + ri.tp > self.gpn:
-                raise SimulationError(f"plan instance {ri.id}: TP={ri.tp} from local GPU {ri.first_gpu} does not fit a {self.gpn}-GPU node")
-            g = tuple(ri.node * self.gpn + ri.first_gpu + k for k in range(ri.tp))
+            why = placement_error(ri.node, ri.first_gpu, ri.tp, self.gpn, dom)
+            if why is not None:
+                raise SimulationError(f"plan instance {ri.id}: {why}")
+            g = instance_gpus(ri.node, ri.first_gpu, ri.tp, self.gpn)
             if g[-1] >= self.cluster.n_gpus:
                 raise SimulationError(f"plan instance {ri.id} uses GPU {g[-1]}, beyond the cluster's {self.cluster.n_gpus}")
             out.append(g)

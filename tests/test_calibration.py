@@ -333,7 +333,7 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Captu
     _write_synthetic_folder(tmp_path / "d")
     assert cli.main(["fit", "--data", str(tmp_path / "d"), "--gpu", "b300", "-o", str(tmp_path / "o.json")]) == 2
     err = capsys.readouterr().err
-    assert "unknown GPU 'b300'; valid: a100, a800, cpu, h100, h200" in err
+    assert "unknown GPU 'b300'; valid: a100, a800, b200, cpu, gb200, h100, h200" in err
     assert cli.main(["report", "--gpu", "tpu", "--data-root", str(tmp_path)]) == 2
     assert "report covers: a100, h100, h200" in capsys.readouterr().err
     assert cli.main(["fit", "--data", str(tmp_path / "d"), "--gpu", "a100", "-o", str(tmp_path / "o.json")]) == 0
@@ -416,23 +416,27 @@ def test_gpu_catalog_names_used_by_bundles() -> None:
 
 
 # ---- the bundled files are reproducible from the measured data -----------------------------
-def test_bundled_calibration_matches_a_fresh_fit_of_its_source() -> None:
-    from cost_models.calibration.sources import BUNDLE_SOURCES, NCCL_LOGS_GPU, find_calibration_root
+@pytest.mark.parametrize("gpu", ["a100", "b200", "gb200"])
+def test_bundled_calibration_matches_a_fresh_fit_of_its_source(gpu: str) -> None:
+    from cost_models.calibration.sources import BUNDLE_SOURCES, find_calibration_root, fit_bundle
 
     root = find_calibration_root()  # the copy shipped in the package: never skipped
-    src = BUNDLE_SOURCES["a100"]
-    bundled = load_operators("a100")
-    stored = json.loads((Path(__file__).parents[1] / "cost_models" / "data" / "operators_a100.json").read_text())
+    src = BUNDLE_SOURCES[gpu]
+    bundled = load_operators(gpu)
+    stored = json.loads((Path(__file__).parents[1] / "cost_models" / "data" / f"operators_{gpu}.json").read_text())
     for name, digest in stored["source"]["files_sha256"].items():
         if "/" not in name:  # aiconfigurator CSVs: the bundle was fitted on exactly these files
             assert cdata.sha256_of(root / src["data"] / name) == digest, f"{name} changed: refit the bundle"
-    fresh = FittedOperators.from_calibration(
-        "a100", fit_folder(root / src["data"], "a100", root / src["network"], root / src["nccl_logs"], NCCL_LOGS_GPU))
+    fresh = FittedOperators.from_calibration(gpu, fit_bundle(gpu, root))
     m, n, k = np.exp(RNG.uniform(0, 10, 50)), np.exp(RNG.uniform(3, 11, 50)), np.exp(RNG.uniform(3, 11, 50))
     assert np.allclose(bundled.gemm_s(m, n, k), fresh.gemm_s(m, n, k), rtol=2e-3)
     b = np.exp(RNG.uniform(0, 7, 50))
     assert np.allclose(bundled.attn_decode_s(b, b * 3000, 32, 8), fresh.attn_decode_s(b, b * 3000, 32, 8), rtol=2e-3)
-    assert np.allclose(bundled.allreduce_s(np.logspace(3, 9, 20), 8), fresh.allreduce_s(np.logspace(3, 9, 20), 8), rtol=2e-3)
+    sizes = np.logspace(3, 9, 20)
+    for g in (2, 8, 16):  # gb200: 8 is the b200-extended cell, 16 beyond every table
+        assert np.allclose(bundled.allreduce_s(sizes, g), fresh.allreduce_s(sizes, g), rtol=2e-3)
+    assert np.allclose(bundled.p2p_s(sizes), fresh.p2p_s(sizes), rtol=2e-3)
+    assert np.allclose(bundled.allreduce_s(sizes, 64, inter_node=True), fresh.allreduce_s(sizes, 64, inter_node=True), rtol=2e-3)
 
 
 def test_measured_data_ships_with_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,14 +20,17 @@ def test_gpu_catalog_values() -> None:
     # NVLink per direction = half the datasheet's both-direction figure
     assert a100.intra_node_bw == 300e9 and a800.intra_node_bw == 200e9 and h100.intra_node_bw == 450e9
     assert a100.inter_node_bw == 25e9 and h100.inter_node_bw == 50e9
-    assert all(g.gpus_per_node == 8 for n, g in GPUS.items() if n != "cpu")
+    assert all(g.gpus_per_node == 8 for n, g in GPUS.items() if n not in ("cpu", "gb200"))
+    # one NVLink domain per node, except GB200 NVL72: 4-GPU trays on one 72-GPU NVLink fabric
+    assert all(g.nvlink_domain == g.gpus_per_node for n, g in GPUS.items() if n != "gb200")
+    assert (GPUS["gb200"].gpus_per_node, GPUS["gb200"].nvlink_domain) == (4, 72)
     assert GPUS["cpu"].memory_bytes > 0
 
 
 def test_gpu_names_case_insensitive_and_errors() -> None:
     assert get_gpu("H100") is GPUS["h100"]
     assert get_gpu("h100_sxm") is GPUS["h100"]
-    with pytest.raises(CostModelError, match="valid: a100, a800, cpu, h100, h200"):
+    with pytest.raises(CostModelError, match="valid: a100, a800, b200, cpu, gb200, h100, h200"):
         get_gpu("v100")
 
 

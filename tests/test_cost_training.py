@@ -23,7 +23,7 @@ def ev() -> CostEvaluator:
     "strategy,n,pattern",
     [
         (TS(3, 1, 1), None, r"tp=3 is invalid .* valid tp: 1, 2, 4, 8$"),
-        (TS(16, 1, 1), None, r"tp=16 is invalid .*8 GPUs per node"),
+        (TS(16, 1, 1), None, r"tp=16 is invalid .*8 GPUs per NVLink domain"),
         (TS(2, 3, 1), None, r"pp=3 does not divide 40 layers .* valid pp: 1, 2, 4, 5, 8, 10, 20, 40$"),
         (TS(2, 1, 2, ep=2), None, r"ep=2 needs a MoE model; qwen3-14b is dense, use ep=1"),
         (TS(2, 1, 4), 16, r"tp\*pp\*dp = 2\*1\*4 = 8 but 16 GPUs were given; e.g. dp=8"),
@@ -38,7 +38,7 @@ def test_validation_messages(ev: CostEvaluator, strategy: TrainStrategy, n: int 
 
 def test_moe_ep_validation() -> None:
     moe = CostEvaluator("h100", "qwen3-30b-a3b")
-    with pytest.raises(CostModelError, match=r"ep=3 must divide 128 experts and dp=6; valid ep: 1, 2"):
+    with pytest.raises(CostModelError, match=r"ep=3 must divide the 128 experts and tp\*dp = 1\*6 = 6 .*; valid ep: 1, 2$"):
         moe.validate(TS(1, 1, 6, ep=3))
     moe.validate(TS(1, 1, 8, ep=8))
 

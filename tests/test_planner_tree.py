@@ -77,4 +77,5 @@ def test_moe_expert_parallel_rules() -> None:
     assert res.ranked
     assert any(c.ep > 1 for _, c in res.ranked)
     for _, c in res.ranked:
-        assert ev.model.n_experts % c.ep == 0 and c.dp % c.ep == 0
+        # Megatron MoE parallel folding (ETP = 1): EP divides TP x DP, not only DP
+        assert ev.model.n_experts % c.ep == 0 and (c.tp * c.dp) % c.ep == 0

@@ -405,6 +405,48 @@ def _min_per_cell(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return both.groupby(["n_gpus", "nbytes"], as_index=False)["latency_s"].min()
 
 
+def _collective_cells(nccl: pd.DataFrame, custom: pd.DataFrame | None, op: str) -> pd.DataFrame | None:
+    """(n_gpus, nbytes, latency_s) cells of one collective as modelled: NCCL's, and for
+    all-reduce the faster of NCCL and vLLM's custom all-reduce at each size."""
+    rows = nccl[nccl["op_name"].astype(str) == op]
+    if rows.empty:
+        return None
+    parts = [pd.DataFrame({
+        "n_gpus": rows["num_gpus"].to_numpy(np.float64),
+        "nbytes": rows["message_size"].to_numpy(np.float64) * cdata.COMM_ELEMENT_BYTES,
+        "latency_s": rows["latency_s"].to_numpy(np.float64),
+    })]
+    if op == "all_reduce" and custom is not None:
+        parts.append(pd.DataFrame({
+            "n_gpus": custom["num_gpus"].to_numpy(np.float64),
+            "nbytes": custom["message_size"].to_numpy(np.float64) * cdata.COMM_ELEMENT_BYTES,
+            "latency_s": custom["latency_s"].to_numpy(np.float64),
+        }))
+    return _min_per_cell(parts)
+
+
+def extend_gpu_counts(cells: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` plus rows for the GPU counts ``other`` measured beyond ``cells``' largest:
+    at each size both measured, this system's time at its largest count times ``other``'s
+    growth from that count (``t(n) = t_own(n_max) * t_other(n) / t_other(n_max)``).
+
+    Why: GB200's tables stop at 4 GPUs (one tray) while its NVLink domain is 72; B200 has the
+    same NVLink 5 switch generation and measured 8, and at 2 and 4 GPUs the two systems' NCCL
+    times agree within a few percent. The datasheet roofline would instead add 10 us per
+    doubling (``alpha log2 n``), twice the growth the switch fabric shows."""
+    n_max = float(cells["n_gpus"].max())
+    base = cells[cells["n_gpus"] == n_max].set_index("nbytes")["latency_s"]
+    ref = other[other["n_gpus"] == n_max].set_index("nbytes")["latency_s"]
+    extra = []
+    for n in sorted(float(v) for v in other["n_gpus"].unique() if v > n_max):
+        at = other[other["n_gpus"] == n].set_index("nbytes")["latency_s"]
+        common = base.index.intersection(ref.index).intersection(at.index)
+        if len(common):
+            extra.append(pd.DataFrame({"n_gpus": n, "nbytes": common.to_numpy(np.float64),
+                                       "latency_s": (base[common] * at[common] / ref[common]).to_numpy(np.float64)}))
+    return pd.concat([cells, *extra], ignore_index=True) if extra else cells
+
+
 def fit_comm(
     nccl: pd.DataFrame | None,
     custom: pd.DataFrame | None,
@@ -412,29 +454,25 @@ def fit_comm(
     p2p: pd.DataFrame | None = None,
     inter: pd.DataFrame | None = None,
     inter_bw_scale: float = 1.0,
+    p2p_bw_scale: float = 1.0,
+    extend: tuple[pd.DataFrame, pd.DataFrame | None] | None = None,
 ) -> dict[str, Any]:
     """Intra-node collectives from aiconfigurator's nccl (and vLLM custom all-reduce: the
-    faster of the two per size, as vLLM picks), intra-node p2p from Vidur send/recv, inter-node
-    all-reduce from nccl-tests logs with its bandwidth term scaled by ``inter_bw_scale``
-    (measured link bandwidth / this GPU's)."""
+    faster of the two per size, as vLLM picks; ``extend``, another system's (nccl, custom)
+    tables, carries them to GPU counts not measured here, ``extend_gpu_counts``), intra-node p2p from Vidur send/recv with its
+    bandwidth term scaled by ``p2p_bw_scale`` (measured NVLink / this GPU's: a profile taken on
+    another NVLink generation), inter-node all-reduce from nccl-tests logs with its bandwidth
+    term scaled by ``inter_bw_scale`` (measured link bandwidth / this GPU's)."""
     out: dict[str, Any] = {"intra": {}, "inter": {}, "p2p": {}}
     if nccl is not None:
         for op in COLLECTIVES:
-            rows = nccl[nccl["op_name"].astype(str) == op]
-            if rows.empty:
+            cells = _collective_cells(nccl, custom, op)
+            if cells is None:
                 continue
-            parts = [pd.DataFrame({
-                "n_gpus": rows["num_gpus"].to_numpy(np.float64),
-                "nbytes": rows["message_size"].to_numpy(np.float64) * cdata.COMM_ELEMENT_BYTES,
-                "latency_s": rows["latency_s"].to_numpy(np.float64),
-            })]
-            if op == "all_reduce" and custom is not None:
-                parts.append(pd.DataFrame({
-                    "n_gpus": custom["num_gpus"].to_numpy(np.float64),
-                    "nbytes": custom["message_size"].to_numpy(np.float64) * cdata.COMM_ELEMENT_BYTES,
-                    "latency_s": custom["latency_s"].to_numpy(np.float64),
-                }))
-            cells = _min_per_cell(parts)
+            if extend is not None:
+                other = _collective_cells(extend[0], extend[1], op)
+                if other is not None:
+                    cells = extend_gpu_counts(cells, other)
 
             def roof_intra(n: np.ndarray, b: np.ndarray, op: str = op) -> np.ndarray:
                 return roof.collective_s(op, b, n, inter_node=False)
@@ -463,6 +501,9 @@ def fit_comm(
             cells = rows.groupby("nbytes", as_index=False)["latency_s"].median()
             b = cells["nbytes"].to_numpy(np.float64)
             t = cells["latency_s"].to_numpy(np.float64)
+            if p2p_bw_scale != 1.0:  # latency kept, bandwidth term moved to this GPU's NVLink
+                alpha, _ = alpha_beta(b, t)
+                t = np.maximum(alpha + np.maximum(t - alpha, 0.0) * p2p_bw_scale, 1e-7)
 
             def roof_p2p(x: np.ndarray) -> np.ndarray:
                 return roof.p2p_s(x, inter_node=False)
@@ -487,16 +528,22 @@ def fit_frames(
     p2p: pd.DataFrame | None = None,
     inter: pd.DataFrame | None = None,
     inter_bw_scale: float = 1.0,
+    p2p_bw_scale: float = 1.0,
+    comm_extend: dict[str, pd.DataFrame] | None = None,
 ) -> dict[str, Any]:
-    """Fit every family present in ``frames`` (keys as ``data.SCHEMAS``)."""
+    """Fit every family present in ``frames`` (keys as ``data.SCHEMAS``); ``comm_extend``:
+    another system's frames whose collectives extend these to more GPUs (``fit_comm``)."""
     roof = RooflineOperators(spec)
     families: dict[str, Any] = {}
     for fam, fn in FAMILY_FITS.items():
         if fam in frames and not frames[fam].empty:
             families[fam] = fn(frames[fam], roof)
     if "nccl" in frames or p2p is not None or inter is not None:
+        ext = None
+        if comm_extend is not None and "nccl" in comm_extend:
+            ext = (comm_extend["nccl"], comm_extend.get("custom_allreduce"))
         families["comm"] = fit_comm(frames.get("nccl"), frames.get("custom_allreduce"), roof, p2p, inter,
-                                    inter_bw_scale)
+                                    inter_bw_scale, p2p_bw_scale, ext)
     return families
 
 
@@ -506,10 +553,15 @@ def fit_folder(
     network_dir: str | Path | None = None,
     nccl_logs: str | Path | None = None,
     nccl_logs_gpu: str = "a100",
+    network_gpu: str | None = None,
+    comm_extend_dir: str | Path | None = None,
 ) -> Calibration:
     """``libra-calibrate fit``: validate and fit an aiconfigurator-style folder, plus optional
-    Vidur network CSVs (``network_dir``) and multi-node nccl-tests logs (``nccl_logs``, measured
-    on ``nccl_logs_gpu``: their bandwidth term is rescaled to this GPU's network)."""
+    Vidur network CSVs (``network_dir``, measured on ``network_gpu``, default this GPU: the
+    send/recv bandwidth term is rescaled to this GPU's NVLink) and multi-node nccl-tests logs
+    (``nccl_logs``, measured on ``nccl_logs_gpu``: their bandwidth term is rescaled to this GPU's
+    network). ``comm_extend_dir``: an aiconfigurator folder of the same NVLink generation whose
+    collective tables carry this folder's to GPU counts it did not measure (gb200: b200's)."""
     spec = get_gpu(gpu)
     data_dir = Path(data_dir)
     tables = cdata.load_folder(data_dir)
@@ -522,10 +574,13 @@ def fit_folder(
 
         meta = json.loads(meta_path.read_text())
     p2p = None
+    p2p_scale = 1.0
     if network_dir is not None:
         t = cdata.load_vidur_p2p(Path(network_dir))
         p2p = t.frame
         files[f"network/{t.path.name}"] = t.sha256
+        if network_gpu is not None:
+            p2p_scale = get_gpu(network_gpu).intra_node_bw / spec.intra_node_bw
     inter = None
     scale = 1.0
     if nccl_logs is not None:
@@ -535,7 +590,12 @@ def fit_folder(
         if spec.inter_node_bw <= 0:
             raise CostModelError(f"GPU {spec.name!r} has no inter-node bandwidth to rescale nccl logs to")
         scale = src.inter_node_bw / spec.inter_node_bw
-    families = fit_frames(frames, spec, p2p, inter, scale)
+    comm_extend = None
+    if comm_extend_dir is not None:
+        ext_tables = {fam: cdata.load_family(Path(comm_extend_dir), fam) for fam in ("nccl", "custom_allreduce")}
+        comm_extend = {fam: t.frame for fam, t in ext_tables.items() if t is not None}
+        files.update({f"comm_extend/{t.path.name}": t.sha256 for t in ext_tables.values() if t is not None})
+    families = fit_frames(frames, spec, p2p, inter, scale, p2p_scale, comm_extend)
     if not families:
         raise CostModelError(f"{data_dir}: nothing to fit")
     source = {
@@ -543,6 +603,8 @@ def fit_folder(
         "network": _display_path(Path(network_dir)) if network_dir is not None else None,
         "nccl_logs": _display_path(Path(nccl_logs)) if nccl_logs is not None else None,
         "nccl_logs_gpu": nccl_logs_gpu if nccl_logs is not None else None,
+        "network_gpu": network_gpu if network_dir is not None and network_gpu is not None else None,
+        "comm_extend": _display_path(Path(comm_extend_dir)) if comm_extend_dir is not None else None,
         "files_sha256": files,
         "tool": TOOL_VERSION,
         "python": platform.python_version(),

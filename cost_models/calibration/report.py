@@ -58,8 +58,10 @@ def family_rows(root: Path, gpu: str) -> dict[str, pd.DataFrame]:
     if "nccl" in tables:
         out["comm_intra"] = merged_collectives(tables["nccl"].frame,
                                                tables["custom_allreduce"].frame if "custom_allreduce" in tables else None)
-    # network data are optional: a root without them reports the compute families only
-    if src.get("network") and (root / src["network"]).is_dir():
+    # network data are optional: a root without them reports the compute families only; a
+    # profile borrowed from another NVLink generation (rescaled, ``network_gpu``) has no rows
+    # measured on this GPU to score against
+    if src.get("network") and (root / src["network"]).is_dir() and src.get("network_gpu", gpu) == gpu:
         p2p = cdata.load_vidur_p2p(root / src["network"]).frame
         out["p2p_intra"] = p2p[~p2p["inter_node"].astype(bool)].reset_index(drop=True)
     if src.get("nccl_logs") and (root / src["nccl_logs"]).is_dir() and gpu == NCCL_LOGS_GPU:

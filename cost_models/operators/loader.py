@@ -4,7 +4,8 @@ Why a loader: callers name a GPU and get the best model available for it, withou
 calibration files live. Resolution order:
 
 1. an explicit ``calibration`` file (written by ``libra-calibrate fit``) -> ``FittedOperators``;
-2. the bundled, versioned calibration in ``cost_models/data/`` for that GPU (a100, h100, h200;
+2. the bundled, versioned calibration in ``cost_models/data/`` for that GPU (a100, h100, h200,
+   b200, gb200;
    a800 uses the A100 file, since its compute is the A100's, with intra-node collectives
    rescaled to its 400 GB/s NVLink);
 3. otherwise (``cpu`` without a profile, a GPU with no data) -> ``RooflineOperators``.
@@ -26,6 +27,8 @@ BUNDLED: dict[str, str] = {
     "a800": "operators_a100.json",
     "h100": "operators_h100.json",
     "h200": "operators_h200.json",
+    "b200": "operators_b200.json",
+    "gb200": "operators_gb200.json",
 }
 
 _CACHE: dict[tuple[str, str], OperatorSet] = {}

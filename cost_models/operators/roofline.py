@@ -170,13 +170,14 @@ class RooflineOperators:
         return (self.spec.inter_node_bw if inter_node else self.spec.intra_node_bw) * LINK_EFF
 
     def collective_bw(self, n: Any, inter_node: bool) -> Any:
-        """Bus bandwidth (B/s) of a collective over ``n`` GPUs. Within a node: the GPU's NVLink.
-        Across nodes NCCL runs one ring per NIC, so a node contributes all its NICs: with the
-        group spread evenly over at least two nodes, min(n/2, gpus_per_node) NICs per node,
+        """Bus bandwidth (B/s) of a collective over ``n`` GPUs. Within an NVLink domain (a node
+        on HGX boards, a rack on GB200 NVL72; ``inter_node=False``): the GPU's NVLink. Across
+        domains NCCL runs one ring per NIC, so a domain contributes all its NICs: with the group
+        spread evenly over at least two domains, min(n/2, nvlink_domain) NICs per domain,
         capped by NVLink."""
         if not inter_node:
             return self.spec.intra_node_bw * LINK_EFF
-        local = vmin(vmax(n / 2.0, 1.0), float(self.spec.gpus_per_node))
+        local = vmin(vmax(n / 2.0, 1.0), float(self.spec.nvlink_domain))
         return vmin(self.spec.intra_node_bw, local * self.spec.inter_node_bw) * LINK_EFF
 
     def collective_s(self, op: str, nbytes: ArrayLike, n_gpus: ArrayLike, inter_node: bool = False) -> np.ndarray:

@@ -69,21 +69,46 @@ def to_strategy(cfg: TrainConfig) -> Any:
     )
 
 
-def valid_tp_degrees(model: Any, gpus_per_node: int) -> tuple[int, ...]:
-    """TP degrees a rollout instance or a training group may use.
+def nvlink_domain(gpu: Any, gpus_per_node: int) -> int:
+    """GPUs per NVLink domain for ``gpu`` (a ``GPUSpec``) on hosts of ``gpus_per_node``.
 
-    Rule (same as the cost model's): TP stays inside a node, divides the node's GPU count (so
-    instances pack nodes without holes), divides the attention heads, and either divides the KV
-    heads or is a multiple of them (then KV heads are replicated).
-    """
-    out = []
-    for tp in range(1, gpus_per_node + 1):
-        if gpus_per_node % tp or model.n_heads % tp:
-            continue
-        if model.n_kv_heads % tp and tp % model.n_kv_heads:
-            continue
-        out.append(tp)
-    return tuple(out)
+    The domain is what TP groups, rollout instances and "same node" transfers are about; the
+    node stays the host. A spec whose domain is its node (HGX boards) follows the cluster's node
+    size, as ``GPUSpec.with_gpus_per_node`` does; a larger fabric (GB200 NVL72: 72) is kept.
+    Objects without the field (test doubles) have one domain per node."""
+    dom = getattr(gpu, "nvlink_domain", None)
+    if not isinstance(dom, int) or dom == getattr(gpu, "gpus_per_node", dom):
+        return int(gpus_per_node)
+    return dom
+
+
+def valid_tp_degrees(model: Any, gpus_per_node: int, nvlink_domain: int | None = None, rollout: bool = True) -> tuple[int, ...]:
+    """TP degrees a rollout instance (``rollout``) or a training group may use.
+
+    The rule is ``cost_models.memory.tp_rule`` (delegated, never restated): TP divides the
+    attention heads, divides the KV heads or is a multiple of them (KV heads are then
+    replicated), stays inside one NVLink domain (``nvlink_domain``, default the node) and
+    divides it, so instances pack the domain without holes; a rollout engine stops at
+    ``ROLLOUT_MAX_TP`` (8)."""
+    from cost_models.memory import tp_degrees
+
+    return tuple(tp_degrees(model, int(nvlink_domain or gpus_per_node), rollout=rollout))
+
+
+def tp_rule(model: Any, tp: int, nvlink_domain: int, rollout: bool = False) -> str | None:
+    """Why ``tp`` is invalid (None: valid): ``cost_models.memory.tp_rule``, for the tree's pruning reasons."""
+    from cost_models.memory import tp_rule as rule
+
+    return rule(model, tp, nvlink_domain, rollout)
+
+
+def valid_ep_degrees(model: Any, tp: int, dp: int) -> list[int]:
+    """EP degrees for ``tp x dp`` ranks per pipeline stage under Megatron's MoE parallel folding
+    (ETP = 1, CP = 1: EP divides ``tp * dp`` and the experts); ``[1]`` for a dense model
+    (``cost_models.memory.valid_eps``)."""
+    from cost_models.memory import valid_eps
+
+    return valid_eps(model, tp, dp)
 
 
 @dataclass

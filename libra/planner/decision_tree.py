@@ -2,13 +2,16 @@
 
 Levels, top to bottom (each level's choices depend only on the levels above it):
 
-1. **TP** (tensor parallel): 1..gpus_per_node. Kept if it divides the node's GPU count (a TP
-   group never crosses a node), divides ``n``, divides the attention heads, and divides the KV
-   heads or is a multiple of them (KV heads are then replicated, as the cost model does).
+1. **TP** (tensor parallel): 1..NVLink domain. Kept if it divides ``n`` and passes the cost
+   model's one TP rule (``cost_models.memory.tp_rule``): inside one NVLink domain and dividing
+   it (the node on HGX boards; 72 GPUs on GB200 NVL72, where a group spans trays), dividing the
+   attention heads, and dividing the KV heads or being a multiple of them (KV heads are then
+   replicated, as the cost model does).
 2. **PP** (pipeline): divisors of the layer count with ``TP * PP`` dividing ``n``.
 3. **DP** = ``n / (TP * PP)``: determined, no choice.
-4. **EP** (MoE only, else 1): divides the expert count and ``DP`` (expert-parallel groups are
-   carved out of the data-parallel ranks of a stage, the cost model's rule).
+4. **EP** (MoE only, else 1): divides the expert count and ``TP x DP`` (Megatron's MoE parallel
+   folding with ETP = 1: the MoE layers re-fold a stage's TP x DP ranks as EP x expert-DP,
+   ``cost_models.memory.ep_rule``), so TP 2 with EP 8 runs on 32 GPUs at any PP.
 5. **Micro-batch** in ``MICRO_BATCHES``: kept if the step has at least ``DP * micro_batch``
    sequences (else some DP rank would get no data).
 6. **Recompute** off/on and **ZeRO stage** 1/2/3, with *dominance pruning* on recompute only:
@@ -32,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from libra.planner.costs import CostModel
+from libra.planner.costs import CostModel, nvlink_domain, tp_rule, valid_ep_degrees
 from libra.planner.plan import TrainConfig
 
 MICRO_BATCHES: tuple[int, ...] = (1, 2, 4)
@@ -117,25 +120,19 @@ def enumerate_strategies(
         res.pruned.append(Pruned(f"{n_gpus} GPUs", "training needs at least one GPU"))
         return res
     nodes: list[tuple[int, int, int, int]] = []
-    for tp in range(1, gpus_per_node + 1):
+    domain = nvlink_domain(ev.gpu, gpus_per_node)
+    for tp in range(1, domain + 1):
         if n_gpus % tp:
             continue
-        if gpus_per_node % tp:
-            res.pruned.append(Pruned(f"tp={tp}", f"rule: TP {tp} does not divide the node's {gpus_per_node} GPUs"))
-            continue
-        if model.n_heads % tp:
-            res.pruned.append(Pruned(f"tp={tp}", f"rule: TP {tp} does not divide the {model.n_heads} attention heads"))
-            continue
-        if model.n_kv_heads % tp and tp % model.n_kv_heads:
-            res.pruned.append(Pruned(f"tp={tp}", f"rule: TP {tp} neither divides nor is a multiple of the {model.n_kv_heads} KV heads"))
+        why = tp_rule(model, tp, domain)
+        if why is not None:
+            res.pruned.append(Pruned(f"tp={tp}", f"rule: {why}"))
             continue
         for pp in _divisors(model.n_layers):
             if (n_gpus // tp) % pp:
                 continue
             dp = n_gpus // (tp * pp)
-            eps = [1]
-            if model.n_experts:
-                eps = [e for e in _divisors(model.n_experts) if dp % e == 0]
+            eps = valid_ep_degrees(model, tp, dp) if model.n_experts else [1]
             nodes.extend((tp, pp, dp, ep) for ep in eps)
     # visit the least model-parallel shapes first: usually the fastest when they fit, so the
     # bound is tight early (the order never changes the result, only how much is cut)

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from libra.planner.costs import DecodeTable
-from libra.planner.packing import node_capacities, pack
+from libra.planner.packing import place
 from libra.planner.plan import Bucket, RolloutInstance
 from libra.planner.stats import WorkloadStats
 
@@ -116,12 +116,16 @@ class RolloutDP:
         max_gpus: int,
         tps: Sequence[int] | None = None,
         max_buckets: int = DEFAULT_MAX_BUCKETS,
+        nvlink_domain: int | None = None,
     ) -> None:
+        """``nvlink_domain``: GPUs per NVLink domain, the bin instances pack into (default
+        ``gpus_per_node``; 72 on GB200 NVL72, whose 4-GPU nodes a TP-8 instance spans)."""
         if not 1 <= max_buckets <= 2:
             raise ValueError(f"max_buckets must be 1 or 2, got {max_buckets}")
         self.stats = stats
         self.table = table
         self.gpus_per_node = gpus_per_node
+        self.domain = int(nvlink_domain or gpus_per_node)
         self.max_gpus = max_gpus
         self.tps = tuple(t for t in (tps or table.usable_tps) if t in table.usable_tps)
         self.max_buckets = max_buckets
@@ -207,7 +211,7 @@ class RolloutDP:
 
     def _best_counts(self, c: _Curves, G: int) -> tuple[float, tuple[int, ...]] | None:
         """The layout's best makespan and counts on ``G`` GPUs (None: it does not pack)."""
-        gpn = self.gpus_per_node
+        gpn = self.domain  # instances pack NVLink domains
         tps = c.layout.tps
         tool = self.stats.tail_tool_s
         if len(tps) == 1:
@@ -239,7 +243,7 @@ class RolloutDP:
         best: tuple[float, tuple[int, ...]] | None = None
         for m1 in range(1, G // t1 + 1):
             m2 = 0
-            while fits(G, self.gpus_per_node, [t1] * m1 + [t2] * (m2 + 1)):
+            while fits(G, self.domain, [t1] * m1 + [t2] * (m2 + 1)):
                 m2 += 1
             if m2 >= 1:
                 o = self.objective(c, (m1, min(m2, len(c.load[1]))))[0]
@@ -266,7 +270,7 @@ class RolloutDP:
         layout = c.layout
         sizes = [t for t, m in zip(layout.tps, counts) for _ in range(m)]
         bucket_of = [b for b, m in enumerate(counts) for _ in range(m)]
-        where = pack(node_capacities(G, self.gpus_per_node), sizes)
+        where = place(G, self.gpus_per_node, sizes, self.domain)
         assert where is not None, (G, layout, counts)
         instances = tuple(
             RolloutInstance(id=k, tp=sizes[k], bucket=bucket_of[k], node=where[k][0], first_gpu=where[k][1]) for k in range(len(sizes))

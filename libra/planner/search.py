@@ -52,7 +52,7 @@ import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
-from libra.planner.costs import CostModel, DecodeTable, make_evaluator, to_strategy, valid_tp_degrees
+from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, to_strategy, valid_tp_degrees
 from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, RolloutChoice, RolloutDP
@@ -153,7 +153,8 @@ class Planner:
         self.ev = ev if ev is not None else make_evaluator(cluster)
         self.options = options or SearchOptions()
         gpn = cluster.gpus_per_node
-        self.tps = valid_tp_degrees(self.ev.model, gpn)
+        self.nvlink_domain = nvlink_domain(getattr(self.ev, "gpu", None), gpn)  # instances pack domains
+        self.tps = valid_tp_degrees(self.ev.model, gpn, self.nvlink_domain)
         self.table = DecodeTable(self.ev, self.tps)
         self.tree = DecisionTree(self.ev, gpn, kl=self.options.kl)
         self._dps: dict[str, RolloutDP] = {}
@@ -164,7 +165,7 @@ class Planner:
         dp = self._dps.get(stats.digest)
         if dp is None:
             dp = RolloutDP(stats, self.table, self.cluster.gpus_per_node, self.cluster.n_gpus,
-                           tps=self.options.tps, max_buckets=self.options.max_buckets)
+                           tps=self.options.tps, max_buckets=self.options.max_buckets, nvlink_domain=self.nvlink_domain)
             if len(self._dps) > 16:  # keep the memo bounded over a long run
                 self._dps.pop(next(iter(self._dps)))
             self._dps[stats.digest] = dp

@@ -1,8 +1,8 @@
 """Weight sync and plan-transition costs of a candidate plan (from the cost evaluator).
 
 * ``weight_sync_s``: after training, the new weights go to every rollout instance
-  (``CostEvaluator.weight_sync_s``, broadcast form; same node only when training and all rollout
-  instances share one node).
+  (``CostEvaluator.weight_sync_s``, broadcast form; NVLink only when training and all rollout
+  instances share one NVLink domain: a node, or a GB200 NVL72 rack).
 * ``transition_s``: switching from the plan in force to another costs role changes
   (``CostEvaluator.role_change_s``, one GPU through host memory; GPUs of a role change in
   parallel, so the charge is one GPU's time per direction that occurs): GPUs that move from
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from libra.cluster import ClusterSpec
-from libra.planner.costs import CostModel, to_strategy
+from libra.planner.costs import CostModel, nvlink_domain, to_strategy
 from libra.planner.plan import Plan, RolloutInstance, TrainConfig
 
 
@@ -32,7 +32,7 @@ def weight_sync_s(
         return 0.0
     if train is None:
         return 0.0
-    same_node = cluster.n_gpus <= cluster.gpus_per_node
+    same_node = cluster.n_gpus <= nvlink_domain(getattr(ev, "gpu", None), cluster.gpus_per_node)  # one NVLink domain
     tps = [i.tp for i in instances]
     return float(ev.weight_sync_s(n_train_gpus=n_train, rollout_tps=tps, same_node=same_node, strategy=to_strategy(train)))
 

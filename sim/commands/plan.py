@@ -23,9 +23,10 @@ HELP = "show the plan Libra's planner picks for a cluster (split, strategies, bu
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``libra-sim plan``."""
     parser.add_argument("--gpus", type=int, required=True, help="GPUs in the cluster")
-    parser.add_argument("--gpu", default=None, help="GPU kind (a100, a800, h100, h200); default: a800")
+    parser.add_argument("--gpu", default=None, help="GPU kind (a100, a800, h100, h200, b200, gb200); default: a800")
     parser.add_argument("--model", default=None, help="model name or config.json (default: the trace's hint, else qwen3-14b)")
-    parser.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    parser.add_argument("--gpus-per-node", type=int, default=None,
+                        help="GPUs per node (default: the GPU's, 8; 4 per GB200 tray, whose NVLink domain is the 72-GPU rack)")
     parser.add_argument("--trace", default=None, help="plan from this trace's steps (default: the length prior)")
     parser.add_argument("--step", type=int, default=None, help="step to plan (default: the trace's last); history = steps before it")
     parser.add_argument("--prompts", type=int, default=512, help="trajectories per step without a trace (default 512)")
@@ -66,6 +67,18 @@ def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None, Any]:
     return steps[:k], steps[k].prompt_tokens, hint, reader.header
 
 
+def _node_size(gpu: str) -> int:
+    """The catalog's GPUs per node for ``gpu`` (8 when the name is not in the catalog: the
+    evaluator then says what is)."""
+    from cost_models.errors import CostModelError
+    from cost_models.hardware import get_gpu
+
+    try:
+        return get_gpu(gpu).gpus_per_node
+    except CostModelError:
+        return 8
+
+
 def _model_name(hint: str | None) -> str:
     """The trace's model hint as a catalog name when it is one (e.g. 'Qwen3-14B' -> 'qwen3-14b')."""
     if not hint:
@@ -87,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-context must be >= 1, got {args.max_context}")
     history, prompts, hint, header = _load(args)
     limits, limits_text = cluster_limits(header, args.max_context, args.trace or "trace")  # the same reading as libra-sim replay's
-    cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node, **limits)
+    cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node or _node_size(args.gpu or "a800"), **limits)
     opts = SearchOptions(mode=args.mode, max_staleness=1 if args.mode == "async" else 0, max_buckets=1 if args.homogeneous else 2)
     planner = Planner(cluster, options=opts)
     res = planner.search(history, prompts)

@@ -26,7 +26,8 @@ def _positive_int(text: str) -> int:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("trace", metavar="TRACE", help="trace file (.jsonl or .jsonl.gz, TRACE_FORMAT v1)")
     p.add_argument("--gpus", type=_positive_int, default=48, help="GPUs in the cluster (default 48)")
-    p.add_argument("--gpus-per-node", type=_positive_int, default=8, help="GPUs per node (default 8)")
+    p.add_argument("--gpus-per-node", type=_positive_int, default=None,
+                   help="GPUs per node (default: the GPU's, 8; 4 per GB200 tray, whose NVLink domain is the 72-GPU rack)")
     p.add_argument("--gpu", default=None, help="GPU catalog name (default: the trace header's hint, else a800)")
     p.add_argument("--model", default=None, help="model catalog name or config.json (default: the trace header's hint)")
     p.add_argument("--max-context", type=_positive_int, default=None, metavar="TOKENS",
@@ -206,8 +207,11 @@ def run(args: argparse.Namespace) -> int:
     gpu = args.gpu or meta.get("gpu") or "a800"
     model = _model_name(args.model, getattr(header, "model", None))
     limits, limits_text = cluster_limits(header, args.max_context, args.trace)  # the same reading as libra-sim plan's
-    cluster = ClusterSpec(args.gpus, gpu, model, args.gpus_per_node, max_train_gpus=args.max_train_gpus, **limits)
-    costs = load_costs(gpu, model, args.gpus_per_node, args.calibration)
+    from sim.commands.plan import _node_size
+
+    gpn = args.gpus_per_node or _node_size(gpu)
+    cluster = ClusterSpec(args.gpus, gpu, model, gpn, max_train_gpus=args.max_train_gpus, **limits)
+    costs = load_costs(gpu, model, gpn, args.calibration)
     names = policy_names()
     if args.compare:
         chosen = [n.strip() for n in args.policies.split(",")] if args.policies else list(names)
