@@ -118,7 +118,7 @@ class LibraPolicy:
                 raise ValueError("the oracle upper bound needs the step's true future (scheduler(plan, future=step))")
             return OracleRouter(plan, future)
         if self.router == "least-loaded":
-            return LeastLoadedRouter(plan)
+            return LeastLoadedRouter(plan, work_conserving=True)
         if self.router == "reactive":
             return ReactiveMLFQRouter(plan)
         if self.router == "length-predictor":

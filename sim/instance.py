@@ -82,6 +82,8 @@ class Instance:
         noise: Noise,
         on_turn_end: Callable[[Instance, int, int, float], None],
         on_idle: Callable[[Instance], None],
+        on_room: Callable[[Instance], bool] | None = None,
+        on_start: Callable[[Instance], None] | None = None,
     ) -> None:
         self.env = env
         self.id = iid
@@ -95,12 +97,17 @@ class Instance:
         self.max_seqs = costs.max_seqs(tp)
         self._on_turn_end = on_turn_end
         self._on_idle = on_idle
+        # work conservation (sim.rollout): asked when a batch boundary leaves free slots and no
+        # queue (True: it queued work pulled from elsewhere), and when the GPUs become free
+        self._on_room = on_room
+        self._on_start = on_start
         # sequence state
         self.it = 0
         self.running: dict[int, tuple[int, int, int]] = {}  # traj -> (join_it, ctx_at_join, end_it)
         self._heap: list[tuple[int, int]] = []  # (end_it, traj), lazily cleaned
         self._S = 0  # sum(ctx_at_join - join_it) over running
         self.queue: deque[QueueEntry] = deque()
+        self.queued_tokens = 0  # sum of the queued entries' contexts
         self.held: OrderedDict[int, int] = OrderedDict()  # traj -> cached KV tokens (LRU first)
         self.pinned: dict[int, int] = {}  # traj -> KV reserved for an incoming migration
         self.H = 0  # held + pinned tokens
@@ -162,6 +169,7 @@ class Instance:
             self.queue.appendleft(entry)
         else:
             self.queue.append(entry)
+        self.queued_tokens += entry.context
         if not self.started:
             return
         if self.busy:
@@ -174,7 +182,24 @@ class Instance:
     def start(self) -> None:
         """The instance's GPUs became free: begin serving what queued meanwhile."""
         self.started = True
+        if self._on_start is not None:
+            self._on_start(self)
         self._maybe_kick()
+
+    def take_queued(self, count: int, max_context: int | None = None) -> list[QueueEntry]:
+        """Remove up to ``count`` queued entries (those with no KV cached here first, then oldest
+        first; only those with a context below ``max_context`` when set) for another instance to
+        run; their cached KV here is dropped."""
+        fits = [e for e in self.queue if max_context is None or e.context < max_context]
+        # entries with nothing cached here first (moving them costs no recomputation)
+        out = sorted(fits, key=lambda e: e.traj in self.held)[:count]
+        taken = {id(e) for e in out}
+        self.queue = deque(e for e in self.queue if id(e) not in taken)
+        for e in out:
+            self.queued_tokens -= e.context
+            tokens = self.held.pop(e.traj, 0)
+            self.H -= tokens
+        return out
 
     def _kick(self, _ev: object) -> None:
         self._kicked = False
@@ -258,6 +283,7 @@ class Instance:
                         )
                     break
             q.popleft()
+            self.queued_tokens -= e.context
             if e.traj in self.held:
                 self.H -= self.held.pop(e.traj)
             new = e.context - cached
@@ -303,10 +329,13 @@ class Instance:
         self._pending_prefill.pop(traj, None)  # admitted this instant: its prefill never ran
         self.preemptions += 1
         self.queue.appendleft(QueueEntry(traj, ctx, end - self.it, self.env.now))
+        self.queued_tokens += ctx
 
     def _start_interval(self) -> None:
         now = self.env.now
         self._admit()
+        if self._on_room is not None and not self.queue and len(self.running) < self.max_seqs and self._on_room(self):
+            self._admit()
         while True:
             B = len(self.running)
             if B == 0:
@@ -464,6 +493,7 @@ class Instance:
         self._heap.clear()
         self._S = 0
         self.queue.clear()
+        self.queued_tokens = 0
         self.held.clear()
         self.pinned.clear()
         self.H = 0

@@ -5,14 +5,23 @@ through its turns: admission (the router picks a bucket, then an instance), a tu
 inside a batch, a tool call outside it, the return. It asks the policy exactly what a real
 system could answer at each moment (``TrajectoryObservation`` carries no future):
 
-* admission: ``scheduler.admit(obs)`` then ``scheduler.choose_instance(bucket, loads)``;
+* admission: ``scheduler.admit(obs)`` then ``scheduler.choose_instance(bucket, loads, obs)``
+  over the loads of every live instance (a bucket's bound is an upper limit: the router may
+  place shorter work on a longer bucket's instance);
 * tool call: ``scheduler.on_tool_return(obs)`` is asked **when the call starts**, because that
   is the only moment a KV migration can overlap the tool (the spec's rule: a tool that returns
   before its migration ends waits). The observation then carries the context so far,
   ``last_tool`` = the tool being called (so a router can weigh its expected latency against the
   migration) and ``last_outcome`` = the outcome of the *previous* call (None before the first):
   this call's outcome is not known until it returns;
-* finish: ``scheduler.on_finish(obs)`` with the final context and the last outcome.
+* finish: ``scheduler.on_finish(obs)`` with the final context and the last outcome;
+* work conservation: a trajectory back from a tool whose instance has no room is placed again
+  (``choose_instance`` with the instance holding its KV: it stays unless another has room);
+  whenever an instance has room and an empty queue (its GPUs became free, a batch boundary left
+  free slots, another instance died) it asks ``scheduler.next_for(load, loads)`` and moves the
+  queued entries the answer names (their cached KV is dropped; the receiver prefills them).
+  Loads report ``started=False`` for an instance whose GPUs are still held (async: the previous
+  step's training), so routers do not mistake it for an empty one.
 
 KV of a trajectory in a tool call is kept (cached on its instance, evictable under pressure)
 with ``kv_mode="keep"``, or released (``"release"``: the whole context is prefilled again on
@@ -27,7 +36,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from libra.planner.costs import nvlink_domain
 from libra.planner.plan import Plan
 from libra.pool.base import InstanceState, PoolObservation, PoolPolicy, RoleChange
 from libra.scheduling.base import InstanceLoad, RolloutScheduler, TrajectoryObservation
@@ -63,6 +71,7 @@ class RolloutStats:
     peak_kv_fraction: float = 0.0
     role_changes: int = 0
     fault_requeued: int = 0
+    pulled: int = 0  # queued sequences moved to an instance with room (``next_for``)
     gantt: list[tuple[int, int, float, float, int]] = field(default_factory=list)  # inst, tp, t0, t1, batch
 
     @property
@@ -99,8 +108,6 @@ class RolloutStage:
         self.pool = pool
         self.costs = costs
         self.noise = noise
-        # KV migrates over NVLink between instances of one NVLink domain (a node; a GB200 rack)
-        self._domain = nvlink_domain(getattr(costs.ev, "gpu", None), gpus_per_node)
         self.kv_keep = kv_mode == "keep"
         self.record_gantt = record_gantt
         self._on_role_change = on_role_change
@@ -146,7 +153,8 @@ class RolloutStage:
         self._retired: list[Instance] = []
         for ri in plan.instances:
             gpus = tuple(ri.node * gpus_per_node + ri.first_gpu + k for k in range(ri.tp))
-            inst = Instance(env, ri.id, ri.tp, ri.bucket, gpus, ri.node, costs, noise, self._turn_end, self._idle)
+            inst = Instance(env, ri.id, ri.tp, ri.bucket, gpus, ri.node, costs, noise, self._turn_end, self._idle,
+                            on_room=self._pull, on_start=self._started)
             if costs.kv_capacity(ri.tp) <= 0:
                 raise SimulationError(f"plan has a TP={ri.tp} rollout instance but the model's weights do not fit in {ri.tp} GPU(s); use a larger TP")
             if record_gantt:
@@ -176,32 +184,54 @@ class RolloutStage:
             at_call_start=at_call_start,
         )
 
-    def loads(self, bucket: int) -> list[InstanceLoad]:
-        """The load of every live instance of ``bucket``."""
-        return [
-            InstanceLoad(x.id, x.bucket, x.n_running, len(x.queue), x.kv_used, x.capacity)
-            for x in self._by_bucket.get(bucket, ())
-        ]
+    @staticmethod
+    def _load(x: Instance) -> InstanceLoad:
+        return InstanceLoad(x.id, x.bucket, x.n_running, len(x.queue), x.kv_used, x.capacity, x.max_seqs, x.started, x.queued_tokens)
 
-    def _live_bucket(self, bucket: int) -> int:
-        """``bucket`` if it still has instances, else the nearest one that does (larger first:
-        its instances hold more KV). Buckets empty when the pool or a fault takes instances."""
-        if self._by_bucket.get(bucket):
-            return bucket
-        live = sorted(b for b, xs in self._by_bucket.items() if xs)
-        if not live:
+    def loads(self, bucket: int | None = None) -> list[InstanceLoad]:
+        """The load of every live instance (of ``bucket`` only, when given)."""
+        return [self._load(x) for xs in self._by_bucket.values() for x in xs if bucket is None or x.bucket == bucket]
+
+    def _choose(self, bucket: int, obs: TrajectoryObservation | None = None) -> Instance:
+        """The instance the scheduler places work routed to ``bucket`` on (any live instance)."""
+        loads = self.loads()
+        if not loads:
             raise SimulationError("every rollout instance of the step is gone (faults or role changes); nothing can run")
-        up = [b for b in live if b > bucket]
-        return up[0] if up else live[-1]
-
-    def _choose(self, bucket: int) -> Instance:
-        bucket = self._live_bucket(bucket)
-        loads = self.loads(bucket)
-        iid = self.sched.choose_instance(bucket, loads)
+        iid = self.sched.choose_instance(bucket, loads, obs)
         inst = self.instances.get(iid)
-        if inst is None or not inst.alive or inst.bucket != bucket:
-            raise SimulationError(f"the scheduler chose instance {iid}, which is not a live instance of bucket {bucket}")
+        if inst is None or not inst.alive or inst in self._retired:
+            raise SimulationError(f"the scheduler chose instance {iid}, which is not a live instance of this step")
         return inst
+
+    def _started(self, inst: Instance) -> None:
+        """An instance's GPUs became free: it pulls queued work it can run."""
+        self._pull(inst)
+
+    def _pull(self, inst: Instance) -> bool:
+        """Ask the scheduler which queued work ``inst`` should take (``next_for``) and move it;
+        True when something moved. Cheap when no other instance has a queue."""
+        nf = getattr(self.sched, "next_for", None)
+        if nf is None or not inst.alive or inst in self._retired or not inst.started:
+            return False
+        if not any(x.queue for xs in self._by_bucket.values() for x in xs if x is not inst):
+            return False
+        moved = False
+        for _ in range(8):
+            t = nf(self._load(inst), self.loads())
+            if t is None:
+                break
+            src = self.instances.get(t.src)
+            if t.dst != inst.id or src is None or src is inst or not src.alive or src in self._retired:
+                raise SimulationError(f"the scheduler asked to move queued work {t}, which is not a live instance's queue to instance {inst.id}")
+            entries = src.take_queued(int(t.count), t.max_context)
+            if not entries:
+                break
+            for e in entries:
+                self._home[e.traj] = inst.id
+                inst.enqueue(e)
+            self.stats.pulled += len(entries)
+            moved = True
+        return moved
 
     def _check_bucket(self, b: int) -> int:
         if not isinstance(b, (int, np.integer)) or b not in self._by_bucket:
@@ -215,9 +245,10 @@ class RolloutStage:
         self.stats.start_s = now
         for i in range(self.step.n):
             self._admit_s[i] = now
-            b = self._check_bucket(self.sched.admit(self._obs(i, None, None, None)))
+            obs = self._obs(i, None, None, None)
+            b = self._check_bucket(self.sched.admit(obs))
             self._bucket[i] = b
-            inst = self._choose(b)
+            inst = self._choose(b, obs)
             self._home[i] = inst.id
             inst.enqueue(QueueEntry(i, self._ctx[i], self._gen[self._off[i]], now))
         if self.step.n == 0:
@@ -243,23 +274,26 @@ class RolloutStage:
             ev.callbacks.append(lambda _e: self._finish_traj(i, None, tool))
             return
         prev = self._outc[row - 1] if k > 0 else -1
-        route = self.sched.on_tool_return(self._obs(i, inst, tool, OUTCOMES[prev] if prev >= 0 else None, True))
+        obs = self._obs(i, inst, tool, OUTCOMES[prev] if prev >= 0 else None, True)
+        route = self.sched.on_tool_return(obs)
         b = self._check_bucket(route.bucket)
+        # a move to another bucket carries the KV when the router says so; a guest (running on
+        # a longer bucket's instance) that the router relocates within its bucket always does
+        migrate = route.migrate if b != self._bucket[i] else True
         self._bucket[i] = b
         ready = now + lat
-        if self.kv_keep and b == inst.bucket:
+        dst = inst if b == inst.bucket or not self.kv_keep else self._choose(b, obs)
+        if self.kv_keep and dst is inst:
             inst.hold(i, ctx)  # stays home, KV cached while the tool runs
             self._home[i] = inst.id
-        elif self.kv_keep and route.migrate:
-            dst = self._choose(b)
+        elif self.kv_keep and migrate:
             if dst is inst:
                 inst.hold(i, ctx)
                 self._home[i] = inst.id
             elif dst.try_pin(i, ctx):
                 inst.hold(i, ctx)  # the source copy stays until the transfer ends
                 self._home[i] = dst.id
-                same = inst.gpus[0] // self._domain == dst.gpus[0] // self._domain
-                mig = self.costs.kv_migration_s(ctx, inst.tp, dst.tp, same) * self.noise.factor()
+                mig = self.costs.kv_migration_s(ctx, inst.tp, dst.tp, inst.node == dst.node) * self.noise.factor()
                 self.stats.migrations += 1
                 self.stats.migration_wait_s += max(0.0, mig - lat)
                 ready = max(ready, now + mig)
@@ -285,9 +319,15 @@ class RolloutStage:
         self._ctx[i] += self._ttok[row]
         home = self._home[i]
         inst = self.instances.get(home) if home is not None else None
-        if inst is None or not inst.alive:
-            inst = self._choose(self._bucket[i])  # type: ignore[arg-type]
-            self._home[i] = inst.id
+        if inst is None or not inst.alive or inst in self._retired:
+            inst = self._choose(self._bucket[i], self._obs(i, None, None, None))  # type: ignore[arg-type]
+        elif len(inst.running) + len(inst.queue) >= inst.max_seqs or not inst.started:
+            # its instance is full: placed again (it stays there unless another has room)
+            dst = self._choose(self._bucket[i], self._obs(i, inst, None, None))  # type: ignore[arg-type]
+            if dst is not inst:
+                inst.release(i)  # its cached KV there is of no use now
+                inst = dst
+        self._home[i] = inst.id
         inst.enqueue(QueueEntry(i, self._ctx[i], self._gen[row + 1], now))
 
     def _finish_traj(self, i: int, inst: Instance | None, trailing_tool: str | None) -> None:
@@ -374,9 +414,13 @@ class RolloutStage:
         self._by_bucket[inst.bucket].remove(inst)
         self._retired.append(inst)
         for e in entries:
-            dst = self._choose(self._bucket[e.traj] if self._bucket[e.traj] is not None else inst.bucket)
+            b = self._bucket[e.traj]
+            dst = self._choose(b if b is not None else inst.bucket, self._obs(e.traj, None, None, None))
             self._home[e.traj] = dst.id
             dst.enqueue(e)
+        for x in self.loads():  # idle instances take what they can run of it
+            if x.queued == 0:
+                self._pull(self.instances[x.instance])
         return len(entries)
 
     def fail_gpu(self, gpu: int) -> bool:

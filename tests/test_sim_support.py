@@ -113,8 +113,8 @@ class OneBucketRouter:
     def on_finish(self, obs: TrajectoryObservation) -> None:
         self.finished.append(obs.traj_id)
 
-    def choose_instance(self, bucket: int, loads: Any) -> int:
-        return least_loaded(loads)
+    def choose_instance(self, bucket: int, loads: Any, obs: Any = None) -> int:
+        return least_loaded([l for l in loads if l.bucket == bucket] or loads)
 
 
 def simple_plan(n_inst: int = 2, tp: int = 2, n_gpus: int = 16, train_gpus: int | None = None, two_buckets: bool = False) -> Plan:

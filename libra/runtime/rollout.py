@@ -6,7 +6,10 @@ context there. Routing is the policy core's: ``admit`` places a new trajectory i
 ``on_tool_return`` decides at each tool call whether it stays or moves (C-MLFQ's
 ``Route.migrate``; the observation is ``Episode.observation``, the simulator's semantics; the
 tool-limit call, after which the trajectory ends, is not routed), ``choose_instance`` picks an instance of the bucket from the loads the driver
-sees. Routing happens as a tool call starts (``TrajectoryObservation.at_call_start``, as in the
+sees (every live instance: the policy core's ``place`` may put shorter work on a longer bucket's
+instance, and a trajectory back from a tool whose instance is full is placed again), and an idle
+instance asks ``next_for`` which queued work to pull from another's queue (work conservation:
+no instance idles while work it could run waits). Routing happens as a tool call starts (``TrajectoryObservation.at_call_start``, as in the
 simulator), so a move is carried out while the tool runs, by prefix recomputation: the destination
 computes the trajectory's context (``EngineActor.prefill``) and the source drops its KV; when
 the tool returns, the destination has only the tool's output left to compute. Its
@@ -75,6 +78,7 @@ class RolloutResult:
     admitted_by_bucket: dict[int, int] = field(default_factory=dict)  # the scheduler's admissions
     routed: int = 0  # routing decisions at tool-call starts (``on_tool_return``)
     rerouted: int = 0  # of those, to another bucket
+    pulled: int = 0  # queued trajectories an idle instance took from another's queue (``next_for``)
 
 
 @dataclass
@@ -117,20 +121,55 @@ class Rollout:
         at its start, in the simulator's semantics)."""
         return ep.observation(index, where, bucket, self._now() - admitted)
 
-    def _loads(self, bucket: int) -> list[InstanceLoad]:
-        live = [i for i in self.inst.values() if i.alive and not i.lent]
-        cands = [i for i in live if i.bucket == bucket] or live
-        if not cands:
-            raise RuntimeError("no live rollout instance left")
-        return [InstanceLoad(i.id, i.bucket, len(i.inflight[1]) if i.inflight else 0, len(i.queue),
-                             sum(len(self.eps[t].context) for t in i.resident if t in self.eps), i.kv_capacity) for i in cands]
+    def _load(self, i: Instance) -> InstanceLoad:
+        """What the driver knows of an instance: its batch in flight, its queue, the KV of the
+        trajectories it holds (their contexts) and of those queued on it."""
+        return InstanceLoad(i.id, i.bucket, len(i.inflight[1]) if i.inflight else 0, len(i.queue),
+                            sum(len(self.eps[t].context) for t in i.resident if t in self.eps), i.kv_capacity,
+                            self.max_batch, True, sum(len(self.eps[t].context) for t in i.queue if t in self.eps and t not in i.resident))
 
-    def _place(self, bucket: int) -> int:
-        loads = self._loads(bucket)
-        choice = self.sched.choose_instance(loads[0].bucket, loads)
+    def _loads(self) -> list[InstanceLoad]:
+        """Every live, un-lent instance's load."""
+        live = [self._load(i) for i in self.inst.values() if i.alive and not i.lent]
+        if not live:
+            raise RuntimeError("no live rollout instance left")
+        return live
+
+    def _place(self, bucket: int, obs: TrajectoryObservation | None = None) -> int:
+        """The scheduler's instance for work routed to ``bucket`` (any live instance)."""
+        loads = self._loads()
+        choice = self.sched.choose_instance(bucket, loads, obs)
         if choice not in {l.instance for l in loads}:
-            choice = loads[0].instance
+            raise RuntimeError(f"the scheduler chose instance {choice}, which is not a live rollout instance")
         return choice
+
+    def _pull(self, inst: Instance, where: dict[str, int]) -> int:
+        """Move the queued work the scheduler names (``next_for``) to idle ``inst``; how many
+        trajectories moved. Their KV elsewhere is dropped (they re-prefill here)."""
+        nf = getattr(self.sched, "next_for", None)
+        if nf is None or not any(i.queue for i in self.inst.values() if i is not inst and i.alive and not i.lent):
+            return 0
+        moved = 0
+        for _ in range(8):
+            t = nf(self._load(inst), self._loads())
+            if t is None:
+                break
+            src = self.inst.get(t.src)
+            if t.dst != inst.id or src is None or src is inst or not src.alive or src.lent:
+                raise RuntimeError(f"the scheduler asked to move queued work {t}, which is not a live instance's queue to instance {inst.id}")
+            take = [x for x in src.queue if t.max_context is None or len(self.eps[x].context) < t.max_context][: int(t.count)]
+            if not take:
+                break
+            src.queue[:] = [x for x in src.queue if x not in set(take)]
+            dropped = [x for x in take if x in src.resident]
+            if dropped:
+                src.resident.difference_update(dropped)
+                src.handle.drop.remote(dropped)
+            for x in take:
+                where[x] = inst.id
+                inst.queue.append(x)
+            moved += len(take)
+        return moved
 
     # ---- the stage ---------------------------------------------------------------------------
     def run(self, episodes: list[Episode]) -> RolloutResult:
@@ -149,9 +188,10 @@ class Rollout:
         if train is not None:
             train.start(self._now)
         for e in episodes:
-            b = self.sched.admit(self._obs(e, index[e.traj_id], None, None, 0.0))
+            o = self._obs(e, index[e.traj_id], None, None, 0.0)
+            b = self.sched.admit(o)
             res.admitted_by_bucket[b] = res.admitted_by_bucket.get(b, 0) + 1
-            i = self._place(b)
+            i = self._place(b, o)
             bucket_of[e.traj_id], where[e.traj_id] = b, i
             self.inst[i].queue.append(e.traj_id)
         tools: dict[Any, str] = {}
@@ -176,7 +216,7 @@ class Rollout:
             inst.inflight = None
             inst.resident.clear()
             for t in lost:
-                j = self._place(bucket_of[t])
+                j = self._place(bucket_of[t], self._obs(self.eps[t], index[t], None, bucket_of[t], admitted[t]))
                 where[t] = j
                 self.inst[j].queue.append(t)
                 res.recovered += 1
@@ -190,6 +230,9 @@ class Rollout:
                 inst.alive = True
 
         def dispatch() -> None:
+            for inst in self.inst.values():  # idle instances first take queued work they can run
+                if inst.alive and not inst.lent and inst.inflight is None and not inst.queue:
+                    res.pulled += self._pull(inst, where)
             for inst in self.inst.values():
                 if inst.alive and inst.inflight is None and inst.queue:
                     batch, inst.queue[:] = inst.queue[: self.max_batch], inst.queue[self.max_batch :]
@@ -263,8 +306,14 @@ class Rollout:
                     # routed when the call started; continue there (or, if that instance died or
                     # was lent meanwhile, on another of the bucket: it recomputes the context)
                     dst = where[t]
-                    if not self.inst[dst].alive or self.inst[dst].lent:
-                        dst = self._place(bucket_of[t])
+                    d = self.inst[dst]
+                    if not d.alive or d.lent or len(d.queue) + (len(d.inflight[1]) if d.inflight else 0) >= self.max_batch:
+                        # gone, or full: placed again (it stays unless another instance has room)
+                        o = self._obs(ep, index[t], dst if d.alive and not d.lent else None, bucket_of[t], admitted[t])
+                        dst = self._place(bucket_of[t], o)
+                        if dst != where[t] and d.alive and not d.lent and t in d.resident:
+                            d.resident.discard(t)
+                            d.handle.drop.remote([t])
                         where[t] = dst
                     self.inst[dst].queue.append(t)
                     continue
@@ -309,14 +358,15 @@ class Rollout:
                     src = where[t]
                     route = self.sched.on_tool_return(self._obs(ep, index[t], src, bucket_of[t], admitted[t]))
                     res.routed += 1
-                    res.rerouted += route.bucket != bucket_of[t]
+                    moved_bucket = route.bucket != bucket_of[t]
+                    res.rerouted += moved_bucket
                     bucket_of[t] = route.bucket
-                    if route.bucket != inst.bucket:
-                        dst = self._place(route.bucket)
+                    if route.bucket != inst.bucket:  # promoted, or a guest on a longer bucket's instance
+                        dst = self._place(route.bucket, self._obs(ep, index[t], src, bucket_of[t], admitted[t]))
                         if dst != src:
                             inst.resident.discard(t)
                             inst.handle.drop.remote([t])
-                            if route.migrate:
+                            if route.migrate or not moved_bucket:
                                 prefills[self.inst[dst].handle.prefill.remote(t, tuple(ep.context))] = (t, src, dst)
                             else:
                                 res.moves_without_kv += 1

@@ -1,8 +1,23 @@
 """The rollout scheduler interface: what a router sees and what it decides.
 
-Both backends call the same three methods. An observation holds only what a real system knows
-at that moment; never a trajectory's future turns or final length (only the ``oracle`` router
-receives those, through its own constructor, and says so).
+Both backends call the same methods. An observation holds only what a real system knows at that
+moment; never a trajectory's future turns or final length (only the ``oracle`` router receives
+those, through its own constructor, and says so).
+
+**Work conservation** (``place``, ``steal``; the decision rules every Libra router uses, the
+backends only carry them out): no instance sits idle while work waits that it could run. A
+bucket's ``max_context`` is an upper limit of context, not a reservation: a trajectory routed
+to bucket ``b`` may run on any instance of a bucket ``>= b`` (a *guest* there; its routing
+bucket, what ``TrajectoryObservation.bucket`` reports, stays ``b``). ``place`` picks, for work
+routed to ``b``, an instance with room (a free sequence slot and KV for its context), its own
+bucket first, then the nearest longer bucket; started instances before ones whose devices are
+still held elsewhere (async: the previous step's training); only when nothing has room does the
+work queue, on the least-loaded instance of its own bucket. ``steal`` is asked whenever an
+instance has room and an empty queue (it started late, drained, or took over from a dead one):
+it names a queue to pull from and how many entries. An earlier version admitted every
+trajectory to its shortest bucket and never moved queued work: on a math trace whose
+trajectories never outgrow the first bucket, 18 of 24 instances idled while 6 held queues
+(rollout 770 s against 182 s for one bucket).
 """
 
 from __future__ import annotations
@@ -39,7 +54,8 @@ class TrajectoryObservation:
 
 @dataclass(frozen=True, slots=True)
 class InstanceLoad:
-    """A rollout instance's load as the backend sees it, for picking an instance in a bucket."""
+    """A rollout instance's load as the backend sees it (what a real engine reports: sequences
+    running and queued, KV in use), for picking an instance and for moving queued work."""
 
     instance: int
     bucket: int
@@ -47,6 +63,33 @@ class InstanceLoad:
     queued: int
     kv_tokens_used: int
     kv_tokens_capacity: int
+    #: most sequences it runs at once (vLLM's max_num_seqs; the runtime's max batch); 0: unknown
+    max_running: int = 0
+    #: False while its devices are still held elsewhere (async: the previous step's training)
+    started: bool = True
+    #: context tokens of its queued sequences (the KV they need once admitted)
+    queued_tokens: int = 0
+
+    def room(self, context: int = 0) -> int:
+        """Sequences of ``context`` tokens it could start now beyond what it runs and queues:
+        free slots, limited by the KV left after the running and queued contexts."""
+        slots = (self.max_running if self.max_running > 0 else 1 << 30) - self.running - self.queued
+        free_kv = self.kv_tokens_capacity - self.kv_tokens_used - self.queued_tokens
+        by_kv = free_kv // max(context + 1, 1)
+        return int(max(0, min(slots, by_kv)))
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """Move up to ``count`` queued sequences from instance ``src``'s queue to ``dst`` (those
+    with no KV cached on ``src`` first, then oldest first; only those whose context is below
+    ``max_context`` when it is set: ``dst``'s bucket bound). Their cached KV on ``src`` is
+    dropped; ``dst`` prefills their context."""
+
+    src: int
+    dst: int
+    count: int
+    max_context: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +115,16 @@ class RolloutScheduler(Protocol):
         """A trajectory ended (it may learn from it)."""
         ...
 
-    def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad]) -> int:
-        """Pick one instance of ``bucket`` (``loads`` lists that bucket's instances)."""
+    def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad], obs: TrajectoryObservation | None = None) -> int:
+        """The instance that runs (or queues) work routed to ``bucket``. ``loads`` lists every
+        live instance of the step; ``obs`` (None: unknown) the trajectory, whose ``instance`` is
+        the one holding its KV now. Libra's routers answer with ``place``."""
+        ...
+
+    def next_for(self, receiver: InstanceLoad, loads: Sequence[InstanceLoad]) -> Transfer | None:
+        """Queued work ``receiver`` (started, room, empty queue) should pull now, or None.
+        Backends ask again after carrying a transfer out, until None. Libra's routers answer with
+        ``steal``; a router that never moves queued work returns None."""
         ...
 
 
@@ -84,6 +135,99 @@ def least_loaded(loads: Sequence[InstanceLoad]) -> int:
         key=lambda l: ((l.kv_tokens_used + 1) / max(l.kv_tokens_capacity, 1) + l.queued + l.running * 1e-6, l.instance),
     )
     return best.instance
+
+
+def _bound(plan: Plan, bucket: int) -> int | None:
+    bs = plan.buckets
+    return bs[bucket].max_context if 0 <= bucket < len(bs) else None
+
+
+def _fill(l: InstanceLoad) -> float:
+    """How loaded an instance is: sequences per slot, then KV occupancy (for ties)."""
+    slots = l.max_running if l.max_running > 0 else max(1, l.running + l.queued)
+    return (l.running + l.queued) / slots + 1e-3 * (l.kv_tokens_used + l.queued_tokens) / max(l.kv_tokens_capacity, 1)
+
+
+def place(plan: Plan, bucket: int, loads: Sequence[InstanceLoad], obs: TrajectoryObservation | None = None) -> int:
+    """The work-conserving instance for work routed to ``bucket`` (module docstring).
+
+    Candidates are the instances of buckets ``>= bucket`` (all, if the pool or a fault emptied
+    those). In order: the instance already holding the trajectory's KV, if it is a candidate
+    with room (no move); a candidate with room, started first, own bucket then the nearest
+    longer one, least filled. Nothing has room: a trajectory already running somewhere waits on
+    the instance holding its KV if that bucket still holds its context (moving it to a shorter
+    queue re-prefills it and was slower in tests: 25.0 s against 20.7 s on a two-bucket step);
+    otherwise it queues on the least-filled candidate, started first, shorter bucket on ties.
+    (Queuing all new work in its own bucket concentrated the backlog there: 23.5 s against
+    21.1 s for one bucket of the same instances.)"""
+    if not loads:
+        raise ValueError("place: no live instance")
+    ctx = obs.context_tokens if obs is not None else 0
+    cur = obs.instance if obs is not None else None
+    cands = [l for l in loads if l.bucket >= bucket]
+    if not cands:
+        cands = [l for l in loads if (_bound(plan, l.bucket) or 1 << 62) > ctx] or list(loads)
+    roomy = [l for l in cands if l.room(ctx) > 0]
+    if cur is not None:
+        for l in roomy:
+            if l.instance == cur and l.started:
+                return cur
+    if roomy:
+        return min(roomy, key=lambda l: (not l.started, l.bucket - bucket if l.bucket >= bucket else 1 << 20, _fill(l), l.instance)).instance
+    if cur is not None:
+        for l in loads:
+            if l.instance == cur and l.started and (_bound(plan, l.bucket) or 1 << 62) > ctx:
+                return cur
+    return min(cands, key=lambda l: (not l.started, _fill(l), l.bucket, l.instance)).instance
+
+
+def excess(l: InstanceLoad) -> int:
+    """Queued sequences ``l`` cannot start itself now: all of them while it has not started,
+    else those beyond its free slots and free KV (at their mean context). A queue it will admit
+    at its next iteration boundary (a sequence just back from a tool) is not waiting work."""
+    if l.queued <= 0:
+        return 0
+    if not l.started:
+        return l.queued
+    mean_ctx = l.queued_tokens // l.queued
+    own = InstanceLoad(l.instance, l.bucket, l.running, 0, l.kv_tokens_used, l.kv_tokens_capacity, l.max_running)
+    return max(0, l.queued - own.room(mean_ctx))
+
+
+def steal(plan: Plan, receiver: InstanceLoad, loads: Sequence[InstanceLoad]) -> Transfer | None:
+    """The queued work ``receiver`` should pull (module docstring), or None.
+
+    Only a started receiver with room and an empty queue pulls (so two instances never trade
+    the same work back and forth). Donors: every other instance with ``excess`` queued work
+    (what it cannot start itself now; only that is taken); its own bucket
+    and shorter buckets first (their work fits any longer bound), then longer buckets (only
+    entries whose context is below the receiver's bound); within those, not-started donors
+    first (their queue cannot run at all), then the longest queue per slot. It takes up to its
+    free slots, limited by its free KV at the donor's mean queued context."""
+    if not receiver.started or receiver.queued > 0:
+        return None
+    donors = [(l, excess(l)) for l in loads if l.queued > 0 and l.instance != receiver.instance]
+    donors = [(l, e) for l, e in donors if e > 0]
+    if not donors:
+        return None
+    best, extra = min(donors, key=lambda d: (d[0].bucket > receiver.bucket, d[0].started, -d[1] / max(d[0].max_running, 1), d[0].instance))
+    mean_ctx = best.queued_tokens // max(best.queued, 1)
+    n = min(receiver.room(mean_ctx), extra)
+    if n <= 0:
+        return None
+    return Transfer(best.instance, receiver.instance, n, _bound(plan, receiver.bucket) if best.bucket > receiver.bucket else None)
+
+
+class WorkConserving:
+    """Mixin: ``choose_instance`` by ``place`` and ``next_for`` by ``steal`` over ``self.plan``."""
+
+    plan: Plan
+
+    def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad], obs: TrajectoryObservation | None = None) -> int:
+        return place(self.plan, bucket, loads, obs)
+
+    def next_for(self, receiver: InstanceLoad, loads: Sequence[InstanceLoad]) -> Transfer | None:
+        return steal(self.plan, receiver, loads)
 
 
 class SchedulerFactory(Protocol):

@@ -23,16 +23,17 @@ Parameters: ``threshold`` (0.5: promote once outgrowing is no longer the minorit
 ``margin_s`` (0.5 s), ``gain_factor`` (2.0); learned: the per-state final-length distributions
 and tool latencies, refitted on the recent completed steps before each step.
 
-Instance choice inside a bucket is least-loaded (KV occupancy plus queue).
+Instance choice is work-conserving (``libra.scheduling.base.place``/``steal``): the bucket
+C-MLFQ routes to is the shortest a trajectory may run in; it runs on an instance of that bucket
+or a longer one with room, and idle instances pull queued work. The bucket counts (``live``)
+are per routing bucket, whichever instance runs the trajectory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from libra.planner.costs import CostModel, DecodeTable
 from libra.planner.plan import Plan
-from libra.scheduling.base import InstanceLoad, Route, TrajectoryObservation, least_loaded
+from libra.scheduling.base import Route, TrajectoryObservation, WorkConserving
 from libra.scheduling.history_model import RemainingWorkModel
 
 
@@ -44,7 +45,7 @@ def floor_bucket(plan: Plan, context: int) -> int:
     return plan.buckets[-1].index
 
 
-class CMLFQScheduler:
+class CMLFQScheduler(WorkConserving):
     """The C-MLFQ router for one step (see the module docstring).
 
     Built from the plan and a model fitted on completed steps; it has no access to the step it
@@ -158,9 +159,6 @@ class CMLFQScheduler:
         self.finished += 1
         if obs.bucket is not None and obs.bucket in self.live:
             self.live[obs.bucket] = max(0, self.live[obs.bucket] - 1)
-
-    def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad]) -> int:
-        return least_loaded(loads)
 
 
 class NoMigrationScheduler(CMLFQScheduler):

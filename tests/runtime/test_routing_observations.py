@@ -52,7 +52,7 @@ class _Spy:
     def on_finish(self, obs: TrajectoryObservation) -> None:
         self.seen.append(("finish", obs))
 
-    def choose_instance(self, bucket: int, loads: list[InstanceLoad]) -> int:
+    def choose_instance(self, bucket: int, loads: list[InstanceLoad], obs: TrajectoryObservation | None = None) -> int:
         return loads[0].instance
 
 

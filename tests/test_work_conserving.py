@@ -1,0 +1,132 @@
+"""Work-conserving routing: no instance idles while work it could run waits (issue 11, cause 1).
+
+The decision rules live in the policy core (``libra.scheduling.base.place`` / ``steal``, used by
+every Libra router); the simulator only carries them out. Before them, C-MLFQ admitted every
+trajectory to its shortest bucket and queued work never moved: a two-bucket plan whose
+trajectories never outgrow the first bucket idled the second bucket's instances, and work
+admitted to an instance that had not started yet (async: its GPUs still training) waited for it
+while started instances idled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import simpy
+from test_sim_support import fake_costs, make_step
+
+from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
+from libra.scheduling.base import InstanceLoad, Transfer, TrajectoryObservation, excess, place, steal
+from libra.scheduling.cmlfq import CMLFQScheduler
+from libra.scheduling.history_model import RemainingWorkModel
+from libra.scheduling.routers import LeastLoadedRouter, OracleRouter
+from sim.noise import Noise
+from sim.rollout import RolloutStage
+from sim.tools import resolve_latencies
+
+
+def _plan(n_inst: int, two_buckets: bool, bound: int = 4000, tp: int = 2) -> Plan:
+    insts = tuple(RolloutInstance(i, tp, int(two_buckets and i >= n_inst // 4), node=(i * tp) // 8, first_gpu=(i * tp) % 8) for i in range(n_inst))
+    buckets = (Bucket(0, tp, 0, bound), Bucket(1, tp, bound, None)) if two_buckets else (Bucket(0, tp, 0, None),)
+    return Plan(n_inst * tp, 8, TrainConfig(1, 1, 8), insts, buckets)
+
+
+def _obs(ctx: int, instance: int | None = None, bucket: int | None = None) -> TrajectoryObservation:
+    return TrajectoryObservation("t", 0, 0, None, ctx, ctx, 0, None, None, 0.0, instance, bucket)
+
+
+def _run(plan: Plan, sched: object, step, late: dict[int, float] | None = None, max_seqs: int = 16):  # type: ignore[no-untyped-def]
+    """One step's rollout on fake costs; ``late``: instance -> the time its GPUs become free."""
+    env = simpy.Environment()
+    stage = RolloutStage(env, step, plan, sched, None, fake_costs(max_seqs=max_seqs), Noise(0, 0.0), resolve_latencies(step, 0))  # type: ignore[arg-type]
+    for inst in stage.instances.values():
+        inst.started = False
+        at = (late or {}).get(inst.id, 0.0)
+        ev = env.timeout(at)
+        ev.callbacks.append(lambda _e, inst=inst: inst.start())
+    stage.start()
+    env.run(until=stage.done)
+    return stage
+
+
+# ---- the core's rules ----------------------------------------------------------------------------
+def test_place_spills_to_a_longer_bucket_only_when_its_own_has_no_room() -> None:
+    plan = _plan(4, True)  # instance 0 in bucket 0, 1..3 in bucket 1
+    roomy0 = [InstanceLoad(0, 0, 3, 0, 1000, 100_000, 16), InstanceLoad(1, 1, 0, 0, 0, 100_000, 16)]
+    assert place(plan, 0, roomy0, _obs(500)) == 0  # own bucket first
+    full0 = [InstanceLoad(0, 0, 16, 4, 1000, 100_000, 16), InstanceLoad(1, 1, 0, 0, 0, 100_000, 16)]
+    assert place(plan, 0, full0, _obs(500)) == 1  # a bucket's bound is an upper limit: spill up
+    # work routed to the long bucket never goes down at placement
+    assert place(plan, 1, [InstanceLoad(0, 0, 0, 0, 0, 100_000, 16), InstanceLoad(1, 1, 16, 9, 0, 100_000, 16)], _obs(500)) == 1
+    # nothing has room: it queues on the least-filled candidate, its own bucket on ties
+    assert place(plan, 0, [InstanceLoad(0, 0, 16, 4, 0, 100_000, 16), InstanceLoad(1, 1, 16, 0, 0, 100_000, 16)], _obs(500)) == 1
+    assert place(plan, 0, [InstanceLoad(0, 0, 16, 4, 0, 100_000, 16), InstanceLoad(1, 1, 16, 4, 0, 100_000, 16)], _obs(500)) == 0
+    # ... but a trajectory already running waits where its KV is cached
+    assert place(plan, 0, [InstanceLoad(0, 0, 16, 9, 0, 100_000, 16), InstanceLoad(1, 1, 16, 0, 0, 100_000, 16)], _obs(500, instance=0, bucket=0)) == 0
+    # an instance whose GPUs are still held elsewhere is not mistaken for an empty one
+    waiting = [InstanceLoad(0, 0, 0, 0, 0, 100_000, 16, started=False), InstanceLoad(1, 1, 2, 0, 0, 100_000, 16)]
+    assert place(plan, 0, waiting, _obs(500)) == 1
+    # a guest keeps its instance (and KV) while that instance has room
+    guest = [InstanceLoad(0, 0, 0, 0, 0, 100_000, 16), InstanceLoad(2, 1, 5, 0, 0, 100_000, 16)]
+    assert place(plan, 0, guest, _obs(900, instance=2, bucket=0)) == 2
+
+
+def test_steal_moves_only_what_the_donor_cannot_start_and_respects_bounds() -> None:
+    plan = _plan(4, True)
+    idle = InstanceLoad(1, 1, 0, 0, 0, 100_000, 16)
+    full = InstanceLoad(0, 0, 16, 10, 20_000, 100_000, 16, queued_tokens=10_000)
+    assert excess(full) == 10
+    assert steal(plan, idle, [full, idle]) == Transfer(0, 1, 10, None)
+    # a queue its instance admits at the next boundary (it has free slots) is not waiting work
+    busy = InstanceLoad(0, 0, 4, 2, 5_000, 100_000, 16, queued_tokens=2_000)
+    assert steal(plan, idle, [busy, idle]) is None
+    # an instance not started yet: its whole queue waits
+    late = InstanceLoad(0, 0, 0, 5, 0, 100_000, 16, started=False, queued_tokens=5_000)
+    assert steal(plan, idle, [late, idle]) == Transfer(0, 1, 5, None)
+    # a shorter bucket's instance takes from a longer bucket's queue only what fits its bound
+    low = InstanceLoad(0, 0, 0, 0, 0, 100_000, 16)
+    high = InstanceLoad(1, 1, 16, 3, 0, 100_000, 16, queued_tokens=3_000)
+    assert steal(plan, low, [low, high]) == Transfer(1, 0, 3, 4000)
+    # a receiver with a queue of its own, or not started, pulls nothing
+    assert steal(plan, InstanceLoad(1, 1, 0, 1, 0, 100_000, 16), [full]) is None
+    assert steal(plan, InstanceLoad(1, 1, 0, 0, 0, 100_000, 16, started=False), [full]) is None
+
+
+# ---- the simulator carries them out ----------------------------------------------------------------
+def test_short_work_runs_on_every_bucket_not_only_the_shortest() -> None:
+    """Trajectories that never outgrow bucket 0 (contexts < 4000): C-MLFQ routes all of them
+    there; the longer bucket's instances must still run them, and the step must take about as
+    long as on one bucket of the same instances."""
+    step = make_step(0, 400, seed=1, turns=(1, 3), gen=(50, 400))
+    assert int(step.total_tokens.max()) < 4000
+    two = _run(_plan(8, True), CMLFQScheduler(_plan(8, True), RemainingWorkModel()), step)
+    one = _run(_plan(8, False), CMLFQScheduler(_plan(8, False), RemainingWorkModel()), step)
+    busy = {i: x.busy_s for i, x in two.instances.items()}
+    assert all(b > 0 for b in busy.values()), busy  # before: instances 2..7 (bucket 1) never ran
+    assert two.stats.makespan_s <= 1.1 * one.stats.makespan_s, (two.stats.makespan_s, one.stats.makespan_s)
+    assert np.isfinite(two.stats.finish_s).all()
+
+
+def test_work_admitted_to_a_late_instance_moves_to_started_ones() -> None:
+    """Async: instance 3's GPUs stay with the previous training for 10,000 s. Work admitted to it
+    at the step's start must not wait for it (before: the step ended after 10,000 s)."""
+    step = make_step(0, 200, seed=2, turns=(1, 3), gen=(50, 400))
+    plan = _plan(4, False)
+    for sched in (CMLFQScheduler(plan, RemainingWorkModel()), LeastLoadedRouter(plan, work_conserving=True), OracleRouter(plan, step)):
+        st = _run(plan, sched, step, late={3: 10_000.0})
+        assert st.stats.makespan_s < 1_000.0, (type(sched).__name__, st.stats.makespan_s)
+        assert st.instances[3].gen_tokens == 0
+        assert st.stats.pulled > 0 or st.instances[3].queue == type(st.instances[3].queue)()
+        assert np.isfinite(st.stats.finish_s).all()
+
+
+def test_an_instance_that_drains_early_takes_queued_work() -> None:
+    """Four instances, eight slots each, 200 trajectories: admission queues most of them; the
+    queues are uneven by construction (one instance gets the long ones). Instances that drain
+    take what the others still queue, so no instance ends long before the last."""
+    step = make_step(0, 200, seed=3, turns=(1, 2), gen=(20, 600))
+    plan = _plan(4, False)
+    st = _run(plan, LeastLoadedRouter(plan, work_conserving=True), step, max_seqs=8)
+    base = _run(plan, LeastLoadedRouter(plan, work_conserving=False), step, max_seqs=8)
+    assert st.stats.pulled > 0
+    assert st.stats.makespan_s <= base.stats.makespan_s * 1.001
+    assert np.isfinite(st.stats.finish_s).all()
