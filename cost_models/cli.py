@@ -2,7 +2,8 @@
 this machine.
 
 Subcommands: ``fit`` (CSV folder -> versioned calibration JSON), ``report`` (held-out MAPE per
-operator family and GPU), ``profile`` (measure this machine with torch into the same CSV
+operator family and GPU; ``--engine`` for an engine profile's TP speed-up error), ``fit-engine``
+(end-to-end runs -> engine profile JSON, ``cost_models.engines``), ``profile`` (measure this machine with torch into the same CSV
 schema), and ``predict`` when ``cost_models.predict_cli`` is present. Heavy imports (pandas,
 torch, rich) happen inside the subcommand, so ``--help`` is fast. A user mistake
 (``CostModelError``) prints ``libra-calibrate: error: ...`` on one line and exits 2.
@@ -57,9 +58,103 @@ def _add_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random split (default 0)")
     p.add_argument("--quick", action="store_true", help="subsample each family to 1500 rows (seconds)")
     p.add_argument("--family", nargs="+", help="only these families")
+    p.add_argument("--engine", nargs="?", const="", metavar="NAME",
+                   help="report an engine profile instead (TP speed-up and whole-request error per GPU and TP, "
+                        "leave-one-model-out); NAME is a bundled profile (default: the default profile)")
+
+
+def _run_engine_report(args: argparse.Namespace) -> int:
+    from cost_models.engines import report as erep
+    from cost_models.engines.registry import BUNDLED_RECIPES, DEFAULT_PROFILE
+
+    names = [args.engine or DEFAULT_PROFILE] if args.engine != "all" else sorted(BUNDLED_RECIPES)
+    for n in names:
+        if n.lower() not in BUNDLED_RECIPES:
+            raise CostModelError(f"--engine {n!r}: no bundled measurements to report on; valid: "
+                                 f"{', '.join(sorted(BUNDLED_RECIPES))}, all")
+    texts = []
+    for n in names:
+        profile, cells, _ = erep.engine_report(n.lower(), args.data_root)
+        texts.append(erep.to_markdown(profile.name, cells))
+    text = "\n".join(texts)
+    print(text, end="")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "engine_report.md").write_text(f"`libra-calibrate report --engine {args.engine or ''}`\n\n".replace(" `", "`") + text)
+        print(f"wrote {out / 'engine_report.md'}")
+    return 0
+
+
+# ---- fit-engine ------------------------------------------------------------------------------
+def _add_fit_engine(p: argparse.ArgumentParser) -> None:
+    p.add_argument("measurements", nargs="?", metavar="MEASUREMENTS.csv",
+                   help="end-to-end runs: model, tp, batch, input_len, output_len, and request_latency_s, tpot_ms "
+                        "or output_tok_s_total (optional gpu, engine columns); see docs/cost-model.md")
+    p.add_argument("--gpu", help="catalog GPU of rows without a gpu column/cell")
+    p.add_argument("-o", "--output", help="engine profile JSON to write")
+    p.add_argument("--name", help="profile name (default: the output file's stem)")
+    p.add_argument("--only-engine", metavar="ENGINE", help="use only rows whose engine column equals this (e.g. vLLM)")
+    p.add_argument("--skip-unknown", action="store_true",
+                   help="skip rows whose model or GPU the cost model does not know instead of failing")
+    p.add_argument("--terms", help="comma-separated terms to fit instead of choosing them by leave-one-model-out "
+                                   "(step_s, per_seq_s, per_worker_s, per_collective_s, per_layer_s)")
+    p.add_argument("--kernel-scale", choices=("auto", "fit", "fixed"), default="auto",
+                   help="fit a multiplicative kernel scale (fit), keep it 1 (fixed), or let cross-validation choose (auto)")
+    p.add_argument("--rebuild-bundled", action="store_true",
+                   help="refit every bundled profile (cost_models/data/engines) from the measured data it came from")
+    p.add_argument("--data-root", help="with --rebuild-bundled: the measured-data root (default: the bundled copy)")
+
+
+def _run_fit_engine(args: argparse.Namespace) -> int:
+    from cost_models.engines import fit as efit
+    from cost_models.engines.profile import TERMS
+    from cost_models.engines.registry import BUNDLED_DIR, BUNDLED_RECIPES
+
+    scale = {"auto": None, "fit": True, "fixed": False}[args.kernel_scale]
+    terms = None
+    if args.terms:
+        terms = [t.strip() for t in args.terms.split(",") if t.strip()]
+        bad = [t for t in terms if t not in TERMS]
+        if bad:
+            raise CostModelError(f"--terms: unknown term {bad[0]!r}; valid: {', '.join(TERMS)}")
+        if scale is None:
+            scale = False
+    if args.rebuild_bundled:
+        if args.measurements or args.output:
+            raise CostModelError("--rebuild-bundled takes no MEASUREMENTS.csv or -o (it rewrites cost_models/data/engines)")
+        fits = [efit.fit_bundled(n, args.data_root) for n in sorted(BUNDLED_RECIPES)]
+        for f in fits:
+            _print_fit(f, f.profile.save(BUNDLED_DIR / f"{f.profile.name}.json"))
+        return 0
+    if not args.measurements or not args.output:
+        raise CostModelError("fit-engine needs MEASUREMENTS.csv and -o PROFILE.json (or --rebuild-bundled)")
+    name = args.name or Path(args.output).stem
+    cmd = " ".join(["libra-calibrate", "fit-engine", str(args.measurements)]
+                   + [f"--{k.replace('_', '-')} {v}" for k, v in (("gpu", args.gpu), ("only_engine", args.only_engine),
+                                                                  ("terms", args.terms)) if v]
+                   + (["--skip-unknown"] if args.skip_unknown else []) + [f"--kernel-scale {args.kernel_scale}"])
+    f = efit.fit_csv(args.measurements, name, gpu=args.gpu, only_engine=args.only_engine, skip_unknown=args.skip_unknown,
+                     terms=terms, fit_scale=scale, command=cmd)
+    _print_fit(f, f.profile.save(args.output))
+    return 0
+
+
+def _print_fit(f: object, out: Path) -> None:
+    prof = f.profile  # type: ignore[attr-defined]
+    src = prof.source
+    terms = ", ".join(f"{t} {getattr(prof, t) * 1e6:.1f} us" for t in src["terms_fitted"] if t != "kernel_scale")
+    print(f"wrote {out}: {prof.name} from {src['rows']} rows ({src['rows_skipped']} skipped, {len(src['rows_excluded'])} "
+          f"below the physical floor): kernel_scale {prof.kernel_scale:.3f}, {terms}")
+    cv, ins = src["leave_one_model_out"], src["insample"]
+    pct = lambda v: "n/a" if v is None else f"{v:.1f}%"  # noqa: E731
+    print(f"  leave-one-model-out: request MAPE {pct(cv['mape_pct'])}, median TP speed-up error "
+          f"{pct(cv['speedup_err_median_pct'])} (in-sample {pct(ins['mape_pct'])}, {pct(ins['speedup_err_median_pct'])})")
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    if args.engine is not None:
+        return _run_engine_report(args)
     from rich.console import Console
     from rich.table import Table
 
@@ -132,6 +227,8 @@ def _run_profile(args: argparse.Namespace) -> int:
 COMMANDS = {
     "fit": (_add_fit, _run_fit, "fit operator models on a folder of measured CSVs and write a calibration JSON"),
     "report": (_add_report, _run_report, "held-out MAPE of the fitted models per operator family and GPU"),
+    "fit-engine": (_add_fit_engine, _run_fit_engine,
+                   "fit an inference-engine profile (per-iteration overhead by TP and batch) on end-to-end runs"),
     "profile": (_add_profile, _run_profile,
                 "measure this machine's GEMM/attention/all-reduce (and, with --engine-model, a model's engine "
                 "overhead) into calibration CSVs"),

@@ -17,14 +17,16 @@ from numpy.typing import ArrayLike
 from cost_models import memory as _mem
 from cost_models import training as _train
 from cost_models import transfers as _xfer
-from cost_models.calibration.store import EngineOverhead, load_engine_overhead
+from cost_models.calibration.store import EngineOverhead
+from cost_models.engines.profile import EngineProfile
+from cost_models.engines.registry import resolve_engine
 from cost_models.errors import CostModelError
 from cost_models.hardware import GPUSpec, get_gpu
 from cost_models.memory import MemoryReport
 from cost_models.models import ModelSpec, get_model
 from cost_models.operators import load_operators
 from cost_models.operators.base import OperatorSet
-from cost_models.rollout import ENGINE_PER_SEQ_S, ENGINE_STEP_S, RolloutTimer
+from cost_models.rollout import RolloutTimer
 from cost_models.training import TrainStrategy
 
 
@@ -41,11 +43,14 @@ class CostEvaluator:
         gpu_mem_util: float = 0.9,
         max_num_seqs: int = _mem.DEFAULT_MAX_NUM_SEQS,
         max_num_batched_tokens: int = _mem.DEFAULT_MAX_BATCHED_TOKENS,
-        engine: EngineOverhead | None = None,
+        engine: str | os.PathLike[str] | EngineProfile | EngineOverhead | None = None,
     ) -> None:
         """``calibration``: a ``libra-calibrate fit`` file; its operator tables time the
-        kernels and its optional ``engine`` entry replaces the engine-overhead constants of
-        every rollout iteration. ``engine`` (explicit) wins over the file's entry."""
+        kernels. ``engine``: the inference engine's per-iteration profile
+        (``cost_models.engines``): a bundled name (``vllm-2024``, ``trtllm-2024``,
+        ``constants``), a profile JSON file, an ``EngineProfile``, or an ``EngineOverhead``.
+        Without it, the calibration file's ``engine`` entry (as a two-term profile) when it
+        has one, else the default profile (``cost_models.engines.DEFAULT_PROFILE``)."""
         spec = get_gpu(gpu)
         if gpus_per_node is not None:
             spec = spec.with_gpus_per_node(int(gpus_per_node))  # keeps a larger NVLink domain (NVL72)
@@ -55,18 +60,12 @@ class CostEvaluator:
         self.gpu_mem_util = gpu_mem_util
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        if engine is None and calibration is not None:
-            engine = load_engine_overhead(calibration)
-        self.engine: EngineOverhead | None = engine
-        self._rollout = RolloutTimer(
-            self.ops, self.gpu, self.model,
-            ENGINE_STEP_S if engine is None else engine.step_s,
-            ENGINE_PER_SEQ_S if engine is None else engine.per_seq_s,
-        )
+        self.engine: EngineProfile = resolve_engine(engine, calibration)
+        self._rollout = RolloutTimer(self.ops, self.gpu, self.model, profile=self.engine)
         self._kv_cap: dict[int, int] = {}
 
     def __repr__(self) -> str:
-        return f"CostEvaluator(gpu={self.gpu.name!r}, model={self.model.name!r}, ops={self.ops!r})"
+        return f"CostEvaluator(gpu={self.gpu.name!r}, model={self.model.name!r}, ops={self.ops!r}, engine={self.engine.name!r})"
 
     # ---- rollout ----------------------------------------------------------------------------
     def decode_s(self, tp: ArrayLike, batch: ArrayLike, total_context: ArrayLike) -> Any:

@@ -11,7 +11,8 @@ writing Python, and to see at once why a strategy does not fit. Sub-commands:
   memory  --gpu G --model M --tp T                          rollout instance: KV capacity
 
 ``--json`` prints one JSON object (``{"ms": ...}`` for decode/prefill, ``{"s": ...}`` for train),
-otherwise one human line. ``--calibration FILE`` uses a file written by ``libra-calibrate fit``.
+otherwise one human line. ``--calibration FILE`` uses a file written by ``libra-calibrate fit``;
+``--engine NAME|FILE`` the inference-engine profile (``cost_models.engines``).
 Bad input raises ``CostModelError``; the ``libra-calibrate`` entry point prints it on one line
 and exits 2 (``main`` below does the same when this module runs on its own).
 """
@@ -33,6 +34,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="catalog model (e.g. qwen3-14b) or a config.json path")
     p.add_argument("--calibration", default=None, help="operator calibration JSON (default: bundled for the GPU)")
     p.add_argument("--gpus-per-node", type=int, default=None, help="override the GPU's node size")
+    p.add_argument("--engine", default=None, metavar="NAME|FILE",
+                   help="inference-engine profile (vllm-2024, trtllm-2024, constants, or a fit-engine file; default: the "
+                        "calibration's engine entry, else vllm-2024)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -85,7 +89,7 @@ def _positive(name: str, v: int, minimum: int = 1) -> None:
 def _evaluator(args: argparse.Namespace, **kw: Any) -> Any:
     from cost_models.evaluator import CostEvaluator
 
-    return CostEvaluator(args.gpu, args.model, args.calibration, args.gpus_per_node, **kw)
+    return CostEvaluator(args.gpu, args.model, args.calibration, args.gpus_per_node, engine=args.engine, **kw)
 
 
 def _emit(args: argparse.Namespace, obj: dict[str, Any], line: str) -> None:

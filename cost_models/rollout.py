@@ -13,7 +13,9 @@ Per decode iteration of ``B`` sequences holding ``C`` KV tokens together, on one
              + decode attention(B, C) + elementwise (2 RMSNorms, residuals, rotary, SwiGLU)
              + 2 TP all-reduces of B x hidden x 2 bytes ]
   + embedding + final norm + LM head GEMM (vocab/tp) + logits gather + sampler
-  + engine overhead (scheduler, input preparation, output processing).
+  times the engine profile's ``kernel_scale``,
+  + the engine profile's overhead(tp, B) (scheduler, input preparation, TP fan-out, collective
+    latency floors, launch gaps; ``cost_models.engines``).
 Only the attention term depends on C, and the operator contract makes it affine in C.
 Tables of (base, slope) per batch size 0..N are built per TP on first use (one vectorized pass),
 so a scalar evaluation is two list lookups and a multiply-add.
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from cost_models.engines.profile import EngineProfile
 from cost_models.errors import CostModelError
 from cost_models.hardware import GPUSpec
 from cost_models.memory import DTYPE_BYTES, check_tp, kv_heads_per_gpu
@@ -53,19 +56,26 @@ class RolloutTimer:
         model: ModelSpec,
         engine_step_s: float = ENGINE_STEP_S,
         engine_per_seq_s: float = ENGINE_PER_SEQ_S,
+        profile: EngineProfile | None = None,
     ) -> None:
-        """``engine_step_s + engine_per_seq_s * B`` is added to every decode and prefill
-        iteration of ``B`` sequences (a calibration's measured engine overhead, or the vLLM
-        constants). It does not depend on the context, so decode stays affine in it."""
+        """``profile`` (``cost_models.engines``) is the engine's per-iteration model: its
+        ``kernel_scale`` multiplies the operator sum and its ``overhead_s(tp, B)`` is added to
+        every decode and prefill iteration. Without one, ``engine_step_s + engine_per_seq_s * B``
+        is the overhead (the two-term form of a calibration's engine entry). Neither depends on
+        the context, so decode stays affine in it."""
         if engine_step_s < 0 or engine_per_seq_s < 0:
             raise CostModelError(
                 f"engine overhead must be >= 0, got step {engine_step_s} s, per sequence {engine_per_seq_s} s"
             )
+        if profile is None:
+            profile = EngineProfile.from_overhead(engine_step_s, engine_per_seq_s, name="constants")
         self.ops = ops
         self.gpu = gpu
         self.model = model
-        self.engine_step_s = float(engine_step_s)
-        self.engine_per_seq_s = float(engine_per_seq_s)
+        self.profile = profile
+        self.engine_step_s = float(profile.step_s)
+        self.engine_per_seq_s = float(profile.per_seq_s)
+        self._scale = float(profile.kernel_scale)
         # tp -> (base array, slope array, base list, slope list); index = batch size
         self._tables: dict[int, tuple[np.ndarray, np.ndarray, list[float], list[float]]] = {}
         self._checked: set[int] = set()  # TP degrees already validated
@@ -100,8 +110,8 @@ class RolloutTimer:
         return t  # type: ignore[no-any-return]
 
     def _ends(self, tp: int, tokens: Any, seqs: Any) -> Any:
-        """Embedding lookup for ``tokens``, final norm, LM head and sampling for ``seqs`` rows,
-        and the engine's per-iteration overhead."""
+        """Embedding lookup for ``tokens``, final norm, LM head and sampling for ``seqs`` rows
+        (kernels only; the engine's overhead is ``_overhead``)."""
         md, ops = self.model, self.ops
         h = float(md.hidden)
         t = ops.memory_bound_s(2 * tokens * h * DTYPE_BYTES)  # embedding gather (read + write)
@@ -109,8 +119,11 @@ class RolloutTimer:
         t = t + ops.gemm_s(seqs, md.vocab / tp, h)
         t = t + ops.allgather_s(seqs * md.vocab * DTYPE_BYTES, tp, False)  # vocab-parallel logits
         t = t + ops.memory_bound_s(3 * seqs * md.vocab * 4)  # fp32 softmax / top-p / sample
-        t = t + self.engine_step_s + self.engine_per_seq_s * seqs
         return t  # type: ignore[no-any-return]
+
+    def _overhead(self, tp: Any, seqs: Any, prefill: bool) -> Any:
+        """The engine profile's per-iteration seconds (no context dependence)."""
+        return self.profile.overhead_s(tp, seqs, self.model.n_layers, prefill)
 
     def _heads(self, tp: int) -> tuple[float, float]:
         """Per-GPU (query heads, KV heads) in units of 128-dim heads, for the operator set."""
@@ -132,8 +145,9 @@ class RolloutTimer:
             per_kv = (a1 - a0) / _SLOPE_REF_TOKENS
         L = self.model.n_layers
         dense = np.asarray(self._dense_part(tp, bb), dtype=np.float64)
-        base = L * (dense + a0) + np.asarray(self._ends(tp, bb, bb), dtype=np.float64)
-        slope = L * per_kv
+        kernels = L * (dense + a0) + np.asarray(self._ends(tp, bb, bb), dtype=np.float64)
+        base = self._scale * kernels + np.asarray(self._overhead(tp, bb, False), dtype=np.float64)
+        slope = self._scale * (L * per_kv)
         base[0] = 0.0
         slope[0] = 0.0
         tab = (base, slope, base.tolist(), slope.tolist())
@@ -221,7 +235,8 @@ class RolloutTimer:
             qh, kvh = self._heads(t)
             attn = np.asarray(self.ops.attn_prefill_s(b, s, c, qh, kvh), dtype=np.float64)
             dense = np.asarray(self._dense_part(t, m), dtype=np.float64)
-            out[mask] = L * (dense + attn) + np.asarray(self._ends(t, m, b), dtype=np.float64)
+            kernels = L * (dense + attn) + np.asarray(self._ends(t, m, b), dtype=np.float64)
+            out[mask] = self._scale * kernels + np.asarray(self._overhead(t, b, True), dtype=np.float64)
         return out
 
     def _prefill_scalar(self, tp: int, s: float, c: float, b: float) -> float:
@@ -236,4 +251,5 @@ class RolloutTimer:
         qh, kvh = self._heads(tp)
         m = b * s
         attn = float(self.ops.attn_prefill_s(b, s, c, qh, kvh))
-        return float(self.model.n_layers * (float(self._dense_part(tp, m)) + attn) + float(self._ends(tp, m, b)))
+        kernels = self.model.n_layers * (float(self._dense_part(tp, m)) + attn) + float(self._ends(tp, m, b))
+        return float(self._scale * kernels + self.profile.overhead_s(tp, b, self.model.n_layers, True))

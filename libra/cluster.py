@@ -21,6 +21,9 @@ class ClusterSpec:
     single-process trainer (``libra-run --trainer torch``). Planners never give training more, so
     the devices a bigger split would leave idle go to rollout instead; a colocated plan trains on
     ``train_gpu_cap`` of its devices. None: no limit (the backend runs any TP x PP x DP).
+
+    ``engine``: the inference-engine profile the rollout is timed with (``cost_models.engines``:
+    a bundled name such as ``vllm-2024``, or a profile JSON file). None: the cost model's default.
     """
 
     n_gpus: int
@@ -29,6 +32,7 @@ class ClusterSpec:
     gpus_per_node: int = 8
     max_context: int | None = None
     max_train_gpus: int | None = None
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_train_gpus is not None and self.max_train_gpus < 1:

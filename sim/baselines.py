@@ -375,7 +375,7 @@ def _costs(cluster: ClusterSpec, opts: dict[str, Any]) -> SimCosts:
     if c is None:
         from sim.costs import load_costs
 
-        c = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node)
+        c = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, engine=cluster.engine)
     return c
 
 

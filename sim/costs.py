@@ -143,7 +143,8 @@ class SimCosts:
         return float(self.ev.role_change_s("rollout", rollout_tp, self.strategy(cfg), True))
 
 
-def load_costs(gpu: str, model: str, gpus_per_node: int = 8, calibration: str | os.PathLike[str] | None = None) -> SimCosts:
+def load_costs(gpu: str, model: str, gpus_per_node: int = 8, calibration: str | os.PathLike[str] | None = None,
+               engine: str | os.PathLike[str] | None = None) -> SimCosts:
     """The real evaluator for ``gpu``/``model`` wrapped for the simulator.
 
     ``calibration`` is an operator calibration file written by ``libra-calibrate fit``; without
@@ -151,12 +152,24 @@ def load_costs(gpu: str, model: str, gpus_per_node: int = 8, calibration: str | 
     how a replay on ``--gpu cpu`` uses the timings profiled on that CPU: the CPU has no bundled
     calibration, and its roofline is only a rough datasheet guess. A missing, unreadable or
     mismatched file is a one-line ``UserError``.
+
+    ``engine`` is the inference-engine profile (``cost_models.engines``: a bundled name such as
+    ``vllm-2024``, or a ``libra-calibrate fit-engine`` file); None: the calibration's engine
+    entry if it has one, else the default profile. An unknown one is a one-line ``UserError``
+    listing the valid names.
     """
     try:
         from cost_models import CostEvaluator  # type: ignore[attr-defined]
         from cost_models.errors import CostModelError
     except ImportError as exc:
         raise UserError(f"the cost evaluator (cost_models.CostEvaluator) is not available: {exc}") from exc
+    if engine is not None:  # resolved first, so a bad name is named as --engine, not as --calibration
+        from cost_models.engines import get_profile
+
+        try:
+            engine = get_profile(engine)  # type: ignore[assignment]
+        except CostModelError as exc:
+            raise UserError(f"--engine: {exc}") from None
     if calibration is not None:
         path = os.fspath(calibration)
         if os.path.isdir(path):
@@ -165,9 +178,9 @@ def load_costs(gpu: str, model: str, gpus_per_node: int = 8, calibration: str | 
         if not os.path.isfile(path):
             raise UserError(f"--calibration {path}: file not found (write one with `libra-calibrate fit`)")
         try:
-            ev = CostEvaluator(gpu=gpu, model=model, gpus_per_node=gpus_per_node, calibration=path)
+            ev = CostEvaluator(gpu=gpu, model=model, gpus_per_node=gpus_per_node, calibration=path, engine=engine)
         except CostModelError as exc:
             raise UserError(f"--calibration: {exc}") from None
         return SimCosts(ev, gpus_per_node=gpus_per_node)
-    ev = CostEvaluator(gpu=gpu, model=model, gpus_per_node=gpus_per_node)
+    ev = CostEvaluator(gpu=gpu, model=model, gpus_per_node=gpus_per_node, engine=engine)
     return SimCosts(ev, gpus_per_node=gpus_per_node)

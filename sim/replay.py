@@ -64,9 +64,10 @@ def replay_policy(
     """Replay ``steps`` under the policy named ``policy``. ``opts`` go to the policy factory
     (pins such as ``split=(24, 24)``, ``rollout_tp``...); ``seed``, ``kl`` and ``staleness`` are
     passed to it from ``config`` too. Without ``costs``, they are loaded for the cluster's GPU and
-    model, fitted on ``calibration`` (a ``libra-calibrate fit`` file) when given."""
+    model, fitted on ``calibration`` (a ``libra-calibrate fit`` file) when given, with the
+    cluster's engine profile (``ClusterSpec.engine``)."""
     config = config or SimConfig()
-    costs = costs or load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, calibration)
+    costs = costs or load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, calibration, engine=cluster.engine)
     pol = resolve(policy, cluster, costs=costs, seed=config.seed, kl=config.kl, staleness=config.staleness,
                   mode=config.mode, trace_steps=list(steps), **opts)
     sim = Simulator(steps, pol, cluster, costs, config)

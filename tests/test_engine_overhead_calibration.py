@@ -50,8 +50,10 @@ def test_store_round_trip_and_bad_entries(tmp_path: Path) -> None:
 def test_evaluator_adds_exactly_the_fitted_overhead(tmp_path: Path) -> None:
     step, per_seq = 3.0e-3, 7.0e-5
     with_eng = CostEvaluator("a100", "qwen3-8b", calibration=_calib_with(tmp_path, EngineOverhead(step, per_seq)))
-    without = CostEvaluator("a100", "qwen3-8b", calibration=_calib_with(tmp_path, None, "n.json"))
-    assert with_eng.engine is not None and without.engine is None
+    # the pre-profile constants, named (a file without an entry now gets the default profile)
+    without = CostEvaluator("a100", "qwen3-8b", calibration=_calib_with(tmp_path, None, "n.json"), engine="constants")
+    assert with_eng.engine.name == "calibration-engine-entry" and without.engine.name == "constants"
+    assert (with_eng.engine.step_s, with_eng.engine.per_seq_s, with_eng.engine.kernel_scale) == (step, per_seq, 1.0)
     for tp, b, ctx in ((1, 1, 100), (2, 16, 20000), (4, 200, 1e6)):
         d = with_eng.decode_s(tp, b, ctx) - without.decode_s(tp, b, ctx)
         assert d == pytest.approx((step - ENGINE_STEP_S) + (per_seq - ENGINE_PER_SEQ_S) * b, rel=1e-9, abs=1e-12)
@@ -74,22 +76,24 @@ def test_decode_stays_exactly_affine_in_context(tmp_path: Path) -> None:
         base, slope = ev.decode_coeffs(tp, b)
         for ctx in (0, 1234, 5e5):
             assert ev.decode_s(tp, b, ctx) == base + slope * float(ctx)  # bit for bit
-        without = CostEvaluator("a100", "qwen3-8b")
+        without = CostEvaluator("a100", "qwen3-8b", engine="constants")
         assert slope == without.decode_coeffs(tp, b)[1]  # the overhead never touches the slope
 
 
 def test_no_entry_means_unchanged_predictions(tmp_path: Path) -> None:
-    plain = CostEvaluator("a100", "qwen3-8b")  # bundled file, no engine entry
+    from cost_models.engines import DEFAULT_PROFILE
+
+    plain = CostEvaluator("a100", "qwen3-8b")  # bundled file, no engine entry: the default profile
     no_entry = CostEvaluator("a100", "qwen3-8b", calibration=_calib_with(tmp_path, None))
-    cpu = CostEvaluator("cpu", TINY / "config.json")
-    assert plain.engine is None and no_entry.engine is None
-    for ev in (plain, no_entry):
-        assert ev._rollout.engine_step_s == ENGINE_STEP_S and ev._rollout.engine_per_seq_s == ENGINE_PER_SEQ_S
+    cpu = CostEvaluator("cpu", TINY / "config.json", engine="constants")
+    assert plain.engine.name == DEFAULT_PROFILE and no_entry.engine.name == DEFAULT_PROFILE
+    consts = CostEvaluator("a100", "qwen3-8b", engine="constants")
+    assert consts._rollout.engine_step_s == ENGINE_STEP_S and consts._rollout.engine_per_seq_s == ENGINE_PER_SEQ_S
     for tp, b, ctx in ((1, 1, 100), (2, 32, 50000)):
         assert no_entry.decode_s(tp, b, ctx) == plain.decode_s(tp, b, ctx)
     assert no_entry.prefill_s(2, 1000, 500, 4) == plain.prefill_s(2, 1000, 500, 4)
-    # pinned values of today's constants (CPU roofline, tiny policy): a change here is a change in
-    # every uncalibrated prediction
+    # pinned values of the pre-profile constants (CPU roofline, tiny policy): a change here is a
+    # change in every prediction made with engine="constants"
     assert cpu.decode_s(1, 4, 400) == pytest.approx(0.00122672, rel=1e-6)
     assert cpu.prefill_s(1, 100, 0, 4) == pytest.approx(0.0063691383, rel=1e-6)
 

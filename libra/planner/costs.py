@@ -57,7 +57,9 @@ def make_evaluator(cluster: ClusterSpec) -> CostModel:
         from cost_models import CostEvaluator
     except ImportError as exc:  # pragma: no cover - only before the evaluator lands
         raise UserError(f"the cost evaluator is not available ({exc}); install the project with its cost_models package") from exc
-    return CostEvaluator(gpu=cluster.gpu, model=cluster.model, gpus_per_node=cluster.gpus_per_node)
+    # cluster.engine: the inference-engine profile (None: the evaluator's default); an unknown
+    # name is the evaluator's one-line CostModelError listing the valid ones
+    return CostEvaluator(gpu=cluster.gpu, model=cluster.model, gpus_per_node=cluster.gpus_per_node, engine=cluster.engine)
 
 
 def to_strategy(cfg: TrainConfig) -> Any:

@@ -23,6 +23,9 @@ KEYS: dict[str, tuple[Any, str]] = {
     "devices_per_node": (None, "devices per node (a TP group stays inside one); default: devices"),
     "gpu": (None, "cost-model catalog name of the device (default: cpu on CPU, h100 on cuda)"),
     "calibration": (None, "operator calibration file for the cost evaluator (libra-calibrate fit output)"),
+    "engine_profile": (None, "inference-engine profile the cost evaluator times rollouts with (vllm-2024, trtllm-2024, "
+                             "constants, or a libra-calibrate fit-engine file); default: the calibration's engine entry, "
+                             "else vllm-2024"),
     "address": (None, "Ray cluster address to join (default: start a local Ray)"),
     "policy": ("libra", "resource policy: libra and its ablations, or a simulator baseline (verl-static-uniform, ...)"),
     "split": (None, "pin ROLLOUT:TRAIN devices (e.g. '2:2'); overrides the planner's split"),
@@ -78,6 +81,7 @@ class RunConfig:
     devices_per_node: int | None = None
     gpu: str | None = None
     calibration: str | None = None
+    engine_profile: str | None = None
     address: str | None = None
     policy: str = "libra"
     split: str | None = None

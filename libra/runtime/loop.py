@@ -64,7 +64,7 @@ class Runner:
         # the torch trainer is one worker, so the planner gives training one device and the rest
         # to rollout (deepspeed runs the plan's DP: no limit)
         self.cluster = ClusterSpec(cfg.devices, cfg.gpu_name, self.model_cfg, cfg.per_node, max_context=cfg.max_context,
-                                   max_train_gpus=self._max_train_gpus())
+                                   max_train_gpus=self._max_train_gpus(), engine=cfg.engine_profile)
         self.use_gpu = cfg.device == "cuda"
         self.engines: dict[int, Any] = {}
         self.instances: dict[int, Any] = {}
@@ -362,7 +362,8 @@ class Runner:
         old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         try:
-            self.ev = CostEvaluator(cfg.gpu_name, self.model_cfg, calibration=cfg.calibration, gpus_per_node=cfg.per_node)
+            self.ev = CostEvaluator(cfg.gpu_name, self.model_cfg, calibration=cfg.calibration, gpus_per_node=cfg.per_node,
+                                    engine=cfg.engine_profile)
         except Exception as exc:
             raise UserError(f"cost evaluator for {cfg.gpu_name} / {self.model_cfg}: {exc}") from None
         policy = make_policy(cfg.policy, self.cluster, self.ev, cfg.seed, cfg.kl_coef > 0)
@@ -489,7 +490,7 @@ class Runner:
                 fid = replay_fidelity(self.out, os.path.join(self.out, "trace.jsonl"), self.rows, cfg.devices, cfg.per_node, cfg.gpu_name,
                                       self.model_cfg, cfg.policy, calibration=cfg.calibration, streaming=streamed,
                                       mini_batches=cfg.mini_batches, max_context=cfg.max_context,
-                                      max_train_gpus=self._max_train_gpus())
+                                      max_train_gpus=self._max_train_gpus(), engine_profile=cfg.engine_profile)
                 summary["fidelity"] = fid
                 if fid:
                     plot_fidelity(self.out, fid)

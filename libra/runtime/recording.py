@@ -259,7 +259,8 @@ def fidelity_line(fidelity: Sequence[dict[str, Any]]) -> str:
 
 def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], devices: int, per_node: int, gpu: str, model: str,
                     policy: str, timeout_s: float = 600, calibration: str | None = None, streaming: bool = False,
-                    mini_batches: int = 1, max_context: int | None = None, max_train_gpus: int | None = None) -> list[dict[str, Any]]:
+                    mini_batches: int = 1, max_context: int | None = None, max_train_gpus: int | None = None,
+                    engine_profile: str | None = None) -> list[dict[str, Any]]:
     """Replay ``trace`` with ``libra-sim replay`` on the same devices and policy (no noise) and
     write ``fidelity.csv``: measured and simulated rollout/train/step seconds per step.
 
@@ -274,6 +275,8 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
 
     ``max_train_gpus`` (1 for the torch trainer, a single worker) is passed on as
     ``--max-train-gpus``, so the replay's policy plans for the same training backend the run had.
+    ``engine_profile`` (the run's ``engine_profile`` key) is passed on as ``--engine``, so the
+    replay times rollouts with the same engine profile as the run's planner.
 
     Run as a subprocess: the simulator is its own program and the runtime does not import it.
     """
@@ -288,6 +291,8 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
         cmd += ["--max-train-gpus", str(int(max_train_gpus))]
     if calibration:
         cmd += ["--calibration", os.path.abspath(calibration)]
+    if engine_profile:  # a bundled name, or a file (made absolute: the replay may run elsewhere)
+        cmd += ["--engine", os.path.abspath(engine_profile) if os.path.isfile(engine_profile) else engine_profile]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"libra-sim replay failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ''}")

@@ -35,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-context", type=int, default=None, metavar="TOKENS",
                         help="a hard context limit of the workload (default: the trace header's declared max_context, as "
                              "libra-sim replay reads it)")
+    parser.add_argument("--engine", default=None, metavar="NAME|FILE",
+                        help="inference-engine profile the rollout is timed with (vllm-2024, trtllm-2024, constants, or a "
+                             "`libra-calibrate fit-engine` file; default: the cost model's default, vllm-2024)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
@@ -100,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-context must be >= 1, got {args.max_context}")
     history, prompts, hint, header = _load(args)
     limits, limits_text = cluster_limits(header, args.max_context, args.trace or "trace")  # the same reading as libra-sim replay's
-    cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node or _node_size(args.gpu or "a800"), **limits)
+    cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node or _node_size(args.gpu or "a800"),
+                          engine=args.engine, **limits)
     opts = SearchOptions(mode=args.mode, max_staleness=1 if args.mode == "async" else 0, max_buckets=1 if args.homogeneous else 2)
     planner = Planner(cluster, options=opts)
     res = planner.search(history, prompts)
@@ -117,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
 def _as_dict(cluster: Any, plan: Any, n_history: int, n_prompts: int) -> dict[str, Any]:
     t = plan.train
     return {
-        "cluster": {"gpus": cluster.n_gpus, "gpu": cluster.gpu, "model": cluster.model, "gpus_per_node": cluster.gpus_per_node},
+        "cluster": {"gpus": cluster.n_gpus, "gpu": cluster.gpu, "model": cluster.model, "gpus_per_node": cluster.gpus_per_node,
+                    "engine": cluster.engine},
         "planned_from": "length prior" if plan.notes.get("from_prior") else f"{n_history} completed step(s)",
         "trajectories": n_prompts,
         "mode": plan.mode,

@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="operator calibration file (`libra-calibrate fit` output) for the cost evaluator, e.g. one profiled "
                         "on this CPU for --gpu cpu (default: the GPU's bundled calibration, else the roofline)")
+    p.add_argument("--engine", default=None, metavar="NAME|FILE",
+                   help="inference-engine profile the rollout is timed with (vllm-2024, trtllm-2024, constants, or a "
+                        "`libra-calibrate fit-engine` file; default: the calibration's engine entry, else vllm-2024)")
     p.add_argument("--policy", default=None, help="policy name (default: libra if available, else verl-static-uniform)")
     p.add_argument("--compare", action="store_true",
                    help="replay every known policy on the same trace (a policy that cannot run is reported, the rest go on; exit 1)")
@@ -210,8 +213,8 @@ def run(args: argparse.Namespace) -> int:
     from sim.commands.plan import _node_size
 
     gpn = args.gpus_per_node or _node_size(gpu)
-    cluster = ClusterSpec(args.gpus, gpu, model, gpn, max_train_gpus=args.max_train_gpus, **limits)
-    costs = load_costs(gpu, model, gpn, args.calibration)
+    cluster = ClusterSpec(args.gpus, gpu, model, gpn, max_train_gpus=args.max_train_gpus, engine=args.engine, **limits)
+    costs = load_costs(gpu, model, gpn, args.calibration, engine=args.engine)
     names = policy_names()
     if args.compare:
         chosen = [n.strip() for n in args.policies.split(",")] if args.policies else list(names)
@@ -267,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
     title = f"{os.path.basename(args.trace)}: {len(steps)} steps, {n_traj} trajectories, {args.gpus} x {gpu}, {model}, seed {args.seed}"
     if args.calibration:
         title += f", calibration {os.path.basename(args.calibration)}"
+    title += f", engine {costs.ev.engine.name}"
     title += f"; limits: {limits_text}"
     console.print(report.summary_table(results, title))
     if args.per_step or len(results) == 1:
