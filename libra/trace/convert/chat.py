@@ -1,8 +1,8 @@
 """Framework-neutral agent runs (chat messages) and their conversion into trace trajectories.
 
 Every agent framework saves a conversation: a prompt (system + task messages), then model turns,
-each followed by what the environment returned. Loaders (``swe_agent.py``) turn a framework's
-file into an ``AgentRun``; ``run_to_trajectory`` turns that into a ``Trajectory``:
+each followed by what the environment returned. Loaders (``swe_agent.py``, ``openai_chat.py``,
+``verl.py``) turn a framework's file or line into an ``AgentRun``; ``run_to_trajectory`` turns that into a ``Trajectory``:
 
 * ``prompt_tokens``: every message before the first (non-demonstration) assistant message;
 * one turn per assistant message; its ``gen_tokens`` count its text plus tool-call arguments;
@@ -10,7 +10,9 @@ file into an ``AgentRun``; ``run_to_trajectory`` turns that into a ``Trajectory`
 * the messages after a turn until the next assistant message are the tool return
   (``tool_tokens``); the tool is the action's first word (``outcome.tool_name``), or
   ``format_error`` when the framework could not parse an action and replied with a correction;
-* ``outcome`` from ``outcome.classify_outcome``; latency from the framework when it recorded one;
+* ``outcome``: the one the log recorded on a tool message (``Message.outcome``), else
+  ``outcome.classify_outcome`` of the text; latency from the framework when it recorded one (on
+  the assistant message, or the sum over the turn's tool messages);
 * on the last turn the tool is dropped (``tool: null``) unless ``finish`` allows a trailing call,
   because a submission's echo is never fed back to the model.
 """
@@ -36,8 +38,8 @@ class SkipRun(Exception):
 @dataclass
 class Message:
     """One chat message. ``command`` is the action an assistant message asked for (None when
-    none could be parsed); ``returncode``/``timestamp``/``latency_s`` are what the framework
-    recorded, when it did."""
+    none could be parsed); ``returncode``/``timestamp``/``latency_s``/``outcome`` are what the
+    framework recorded, when it did."""
 
     role: str
     text: str
@@ -46,6 +48,7 @@ class Message:
     returncode: int | None = None
     timestamp: float | None = None
     latency_s: float | None = None
+    outcome: str | None = None
 
 
 @dataclass
@@ -85,6 +88,9 @@ def content_text(content: Any) -> str:
 def _latency(turn_msg: Message, obs: list[Message]) -> float | None:
     if turn_msg.latency_s is not None:
         return max(0.0, float(turn_msg.latency_s))
+    known = [m.latency_s for m in obs if m.latency_s is not None]
+    if known:  # per tool result (several results: the calls ran one after another)
+        return round(sum(max(0.0, float(x)) for x in known), 6)
     if obs and turn_msg.timestamp is not None and obs[0].timestamp is not None:
         dt = obs[0].timestamp - turn_msg.timestamp  # epoch floats: keep microseconds, drop float noise
         return round(dt, 6) if dt >= 0 else None
@@ -119,7 +125,9 @@ def run_to_trajectory(run: AgentRun, counter: TokenCounter, traj_id: str, step: 
         tool = tool_name(command) if command is not None else FORMAT_ERROR_TOOL
         obs_text = "\n".join(m.text for m in obs)
         rc = next((m.returncode for m in obs if m.returncode is not None), None)
-        outcome = "error" if tool == FORMAT_ERROR_TOOL else classify_outcome(obs_text, rc)
+        # several results (parallel calls): the worst of them is the turn's
+        recorded = max((m.outcome for m in obs if m.outcome is not None), key=("ok", "error", "timeout").index, default=None)
+        outcome = "error" if tool == FORMAT_ERROR_TOOL else recorded or classify_outcome(obs_text, rc)
         tool_tokens = sum(counter.message(m.text) for m in obs)
         turns.append(Turn(gen, tool, _latency(actor, obs), tool_tokens, outcome))  # type: ignore[arg-type]
     last = turns[-1]
