@@ -34,12 +34,16 @@ def _add_fit(p: argparse.ArgumentParser) -> None:
                    help="GPU whose network the nccl-tests logs were measured on (default a100)")
     p.add_argument("--network-gpu", help="GPU the --network profile was measured on when it is not --gpu "
                    "(its send/recv bandwidth is rescaled to --gpu's NVLink; b200/gb200 use h100's)")
+    p.add_argument("--comm-extend", metavar="DIR",
+                   help="aiconfigurator folder of the same NVLink generation whose collective tables carry --data's "
+                        "to GPU counts it did not measure (gb200: b200_sxm)")
 
 
 def _run_fit(args: argparse.Namespace) -> int:
     from cost_models.calibration.fit import fit_folder
 
-    calib = fit_folder(args.data, args.gpu, args.network, args.nccl_logs, args.nccl_logs_gpu, args.network_gpu)
+    calib = fit_folder(args.data, args.gpu, args.network, args.nccl_logs, args.nccl_logs_gpu, args.network_gpu,
+                       args.comm_extend)
     out = calib.save(args.output)
     fams = ", ".join(sorted(calib.families))
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB): {calib.gpu}, families {fams}")

@@ -12,7 +12,8 @@ class ClusterSpec:
     """A homogeneous GPU cluster: ``n_gpus`` GPUs of one catalog kind, ``gpus_per_node`` a node.
 
     ``gpu`` and ``model`` are catalog names of ``cost_models`` (or a config.json path for the
-    model). A TP group never crosses a node boundary. ``max_context``: the longest context a
+    model). A TP group never crosses an NVLink domain (the node on HGX boards; the GPU spec's
+    ``nvlink_domain``, 72 GPUs over 4-GPU trays, on GB200 NVL72). ``max_context``: the longest context a
     trajectory may reach when the workload has a hard limit (a run's context cap); before any step
     has completed, the planner's length prior is scaled into it rather than planning for
     trajectories that cannot exist. None: unknown (the prior is used as documented).
