@@ -31,7 +31,7 @@ are per routing bucket, whichever instance runs the trajectory.
 
 from __future__ import annotations
 
-from libra.planner.costs import CostModel, DecodeTable
+from libra.planner.costs import CostModel, DecodeTable, nvlink_domain
 from libra.planner.plan import Plan
 from libra.scheduling.base import Route, TrajectoryObservation, WorkConserving
 from libra.scheduling.history_model import RemainingWorkModel
@@ -73,7 +73,15 @@ class CMLFQScheduler(WorkConserving):
         self.threshold = threshold
         self.margin_s = margin_s
         self.gain_factor = gain_factor
-        self.single_node = len({i.node for i in plan.instances}) <= 1
+        # KV moves over NVLink when every instance shares one NVLink domain (a node, or a GB200
+        # NVL72 rack whose 4-GPU trays the instances may sit on)
+        gpu = getattr(ev, "gpu", None)
+        gpn = getattr(gpu, "gpus_per_node", None)
+        if isinstance(gpn, int) and gpn > 0:
+            dom = nvlink_domain(gpu, gpn)
+            self.single_node = len({(i.node * gpn + i.first_gpu) // dom for i in plan.instances}) <= 1
+        else:
+            self.single_node = len({i.node for i in plan.instances}) <= 1
         self.slots = {b.index: self._slots(b.index) for b in plan.buckets}
         self.live = {b.index: 0 for b in plan.buckets}
         self.moves = 0
