@@ -15,6 +15,7 @@ from typing import Any, Literal
 from numpy.typing import ArrayLike
 
 from cost_models import memory as _mem
+from cost_models import rl_overheads as _rl
 from cost_models import training as _train
 from cost_models import transfers as _xfer
 from cost_models.calibration.store import EngineOverhead
@@ -135,10 +136,12 @@ class CostEvaluator:
         same_node: bool = False,
         mode: _xfer.SyncMode = "broadcast",
         strategy: TrainStrategy | None = None,
+        bucket_bytes: float | None = None,
     ) -> float:
         """Push the trained weights into every rollout instance (``rollout_tps``: one TP degree
         per instance). The trainer is given either as ``n_train_gpus, train_tp, train_pp`` or as
-        ``strategy``. See ``transfers.weight_sync_s`` for the broadcast and sharded forms."""
+        ``strategy``. See ``transfers.weight_sync_s`` for the broadcast, sharded and (colocated)
+        ipc forms; ``bucket_bytes`` packs tensors into buckets (default: one message per tensor)."""
         if strategy is not None:
             n_train_gpus = strategy.n_gpus if n_train_gpus is None else n_train_gpus
             train_tp = strategy.tp if train_tp is None else train_tp
@@ -146,7 +149,7 @@ class CostEvaluator:
         if n_train_gpus is None or train_tp is None or train_pp is None:
             raise CostModelError("weight_sync_s needs n_train_gpus, train_tp and train_pp, or strategy=")
         return _xfer.weight_sync_s(
-            self.ops, self.gpu, self.model, n_train_gpus, train_tp, train_pp, rollout_tps, same_node, mode
+            self.ops, self.gpu, self.model, n_train_gpus, train_tp, train_pp, rollout_tps, same_node, mode, bucket_bytes
         )
 
     def kv_migration_s(self, tokens: float, tp_src: int, tp_dst: int, same_node: bool = True) -> float:
@@ -165,3 +168,22 @@ class CostEvaluator:
         return _xfer.role_change_s(
             self.gpu, self.model, to, rollout_tp, s.tp, s.pp, s.dp, s.ep, s.zero_stage, offload_previous
         )
+
+    # ---- RL step overheads (cost_models.rl_overheads) ----------------------------------------
+    def stage_switch_s(
+        self, to: Literal["rollout", "train"], rollout_tp: int = 1, strategy: TrainStrategy | None = None
+    ) -> float:
+        """One GPU of a colocated plan switching stage: to ``train`` the engine sleeps and the
+        trainer onloads its state; to ``rollout`` the trainer offloads and the engine wakes (the
+        new weights then come by ``weight_sync_s(mode="ipc")``). See ``rl_overheads``."""
+        s = strategy or TrainStrategy(1, 1, 1)
+        return _rl.stage_switch_s(self.gpu, self.model, to, rollout_tp, s.tp, s.pp, s.dp, s.ep, s.zero_stage)
+
+    def step_fixed_s(self, n_samples: int) -> float:
+        """Per-step bookkeeping between rollout and training (reward, advantage, data movement)
+        for ``n_samples`` trajectories (``rl_overheads.step_fixed_s``)."""
+        return _rl.step_fixed_s(n_samples)
+
+    def weight_tensors(self) -> int:
+        """Tensors of the model's state dict: the messages of an unbucketed weight sync."""
+        return _rl.weight_tensors(self.model)

@@ -1,8 +1,9 @@
 """The paper's baselines, as honest ``Policy`` objects the simulator drives like any other.
 
 * ``verl-colocated``: verl's hybrid engine. Every GPU runs rollout (uniform TP, least-loaded
-  routing), then every GPU trains; the switch costs the evaluator's ``role_change_s`` both ways
-  (training state to and from host memory over PCIe, rollout weights reloaded). Synchronous.
+  routing), then every GPU trains; it pays both stage switches (engine sleep/wake, trainer
+  offload/onload at the measured host-copy rates) and the CUDA-IPC weight hand-over, priced by
+  ``StepCosts`` like every other plan. Synchronous.
 * ``verl-static-uniform``: a fixed split of the cluster between rollout (uniform TP instances,
   least-loaded routing) and training, synchronous.
 * ``areal-static-optimal``: the best fixed split and TP **in hindsight**: it is handed the whole
@@ -114,7 +115,7 @@ class _Chooser:
         self.cluster = cluster
         self.costs = costs
         self.pins = pins
-        self.tree = DecisionTree(costs.ev, cluster.gpus_per_node, kl=kl)
+        self.tree = DecisionTree(costs.step, cluster.gpus_per_node, kl=kl)
         self.kl = kl
 
     def rollout_tps(self, max_context: int) -> list[int]:
@@ -172,7 +173,7 @@ class _Chooser:
             return (res.ranked[0][1], res.ranked[0][0]) if res.ranked else None
         res = enumerate_strategies(
             self.costs.ev, n_gpus, max(1, tokens // max(seq_len, 1)), max(seq_max, 1), self.cluster.gpus_per_node,
-            training_time_fn(self.costs.ev, tokens, max(seq_len, 1), self.kl), dominance=False,
+            training_time_fn(self.costs.step, tokens, max(seq_len, 1), self.kl), dominance=False,
         )
         for t, cfg in sorted(res.ranked, key=lambda r: r[0]):
             if all(want is None or getattr(cfg, f) == want for f, want in
@@ -253,6 +254,8 @@ class StaticPolicy:
             max_context = max(top, int(prompt_tokens.max()) if len(prompt_tokens) else 0)
         tokens, seq_len, seq_max = _train_shape([s for s, _ in steps])
         n = self.cluster.n_gpus
+        sc = self.costs.step  # the prices the replay charges (libra.planner.step_costs)
+        fixed = sc.step_fixed_s(round(sum(s.n for s, _ in steps) / len(steps)))
         cands: list[tuple[float, int, int, TrainConfig, float, float]] = []
         splits = [n] if self.colocated else ch.splits()
         tried: list[str] = []
@@ -267,10 +270,14 @@ class StaticPolicy:
                 if r % tp:
                     continue
                 roll = ch.rollout_estimate(steps, tp, r) / len(steps)
-                step_s = max(roll, train_s) if self.mode == "async" else roll + train_s
-                if self.colocated:
-                    step_s += self.costs.to_train_s(tp, cfg) + self.costs.to_rollout_s(tp, cfg)
-                cands.append((step_s, r, tp, cfg, roll, train_s))
+                inst = self._instances(r, tp)
+                if self.colocated:  # both stage switches and the IPC hand-over
+                    over = sc.colocated_overhead_s(cfg, inst)
+                else:  # the weight push, over NVLink when training and rollout share a domain
+                    over = sc.weight_sync_s(cfg, inst, sc.train_gpus(n, t_gpus, False, inst))
+                stage = train_s + fixed  # the training stage plus the per-sample bookkeeping
+                step_s = (max(roll, stage) if self.mode == "async" else roll + stage) + over
+                cands.append((step_s, r, tp, cfg, roll, stage))
         if not cands:
             raise UserError(f"{self.name}: {self._what_would_fit(ch, tokens, seq_len, seq_max, tried)}")
         cands.sort(key=lambda c: (c[0], c[1], c[2]))
@@ -305,14 +312,18 @@ class StaticPolicy:
                         f"{' recompute' if cfg.recompute else ''}): try --gpus {total}")
         return f"{head}{why}; nothing up to {64 * g} GPUs fits: use a larger-memory GPU"
 
+    def _instances(self, r: int, tp: int) -> tuple[RolloutInstance, ...]:
+        """``r // tp`` uniform TP-``tp`` instances on the first NVLink domains."""
+        return uniform_instances(r, tp, self.cluster.gpus_per_node,
+                                 nvlink_domain=nvlink_domain(getattr(self.costs.ev, "gpu", None), self.cluster.gpus_per_node))
+
     def _plan_for(self, step_s: float, r: int, tp: int, cfg: TrainConfig, roll: float, train_s: float, basis: str) -> Plan:
         n = self.cluster.n_gpus
         return Plan(
             n_rollout_gpus=r,
             n_train_gpus=self.cluster.train_gpu_cap if self.colocated else n - r,
             train=cfg,
-            instances=uniform_instances(r, tp, self.cluster.gpus_per_node,
-                                        nvlink_domain=nvlink_domain(getattr(self.costs.ev, "gpu", None), self.cluster.gpus_per_node)),
+            instances=self._instances(r, tp),
             buckets=(Bucket(0, tp, 0, None),),
             mode="async" if self.mode == "async" else "sync",
             max_staleness=self.staleness,

@@ -7,8 +7,10 @@ cost tens of microseconds a call (argument checks, operator tables). Coefficient
 here: callers multiply by ``sim.noise.Noise`` factors, so the planner (which predicts with the
 same evaluator) is never magically exact.
 
-Role changes and the colocated offload/reload go through the evaluator's ``role_change_s``
-(PCIe to host memory, its documented bandwidth).
+Everything that is not the rollout itself (the training stage, the per-sample bookkeeping, the
+weight sync, the colocated stage switches, role changes, plan transitions, KV migration) is priced
+by ``self.step``, a ``libra.planner.step_costs.StepCosts`` over the same evaluator: the object
+the planner predicts with, so a replay with noise off charges exactly the planner's prices.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Any
 
 from libra.errors import UserError
 from libra.planner.costs import CostModel
-from libra.planner.plan import TrainConfig
+from libra.planner.plan import RolloutInstance, TrainConfig
+from libra.planner.step_costs import StepCosts
 
 
 def to_strategy(cfg: TrainConfig) -> Any:
@@ -52,7 +55,8 @@ class SimCosts:
         #: scratch memo for derived per-step quantities (e.g. ``sim.bounds`` critical paths);
         #: keys name what they cache, values live as long as this object
         self.memo: dict[tuple[object, ...], object] = {}
-        self._strategy: dict[TrainConfig, Any] = {}
+        #: the step's non-rollout prices, shared with the planner (see the module docstring)
+        self.step = StepCosts(ev, gpus_per_node)
 
     # ------------------------------------------------------------------ rollout
     def decode_coeffs(self, tp: int, batch: int) -> tuple[float, float]:
@@ -106,41 +110,29 @@ class SimCosts:
 
     def kv_migration_s(self, tokens: int, tp_src: int, tp_dst: int, same_node: bool) -> float:
         """Moving a sequence's KV between instances over NVLink or the network."""
-        return float(self.ev.kv_migration_s(tokens, tp_src, tp_dst, same_node))
+        return self.step.kv_migration_s(tokens, tp_src, tp_dst, same_node)
 
-    # ------------------------------------------------------------------ training
+    # ------------------------------------------------------------------ training (StepCosts)
     def strategy(self, cfg: TrainConfig) -> Any:
-        s = self._strategy.get(cfg)
-        if s is None:
-            s = self._strategy[cfg] = to_strategy(cfg)
-        return s
+        """``cfg`` as the evaluator's TrainStrategy."""
+        return self.step.strategy(cfg)
 
     def train_stage_s(self, cfg: TrainConfig, tokens: int, seq_len: int, kl: bool) -> tuple[float, float]:
-        """(forward passes, update) of one RL step's training: old-policy log-probs (and the
-        reference model's when ``kl``), then the optimizer pass over the step's tokens."""
-        if tokens <= 0:
-            return 0.0, 0.0
-        s = self.strategy(cfg)
-        fwd = float(self.ev.forward_s(s, tokens, seq_len))
-        if kl:
-            fwd *= 2.0
-        return fwd, float(self.ev.train_iter_s(s, tokens, seq_len))
+        """(forward passes, update) of one RL step's training (``StepCosts.train_stage_s``)."""
+        return self.step.train_stage_s(cfg, tokens, seq_len, kl)
 
-    def weight_sync_s(self, cfg: TrainConfig, rollout_tps: Sequence[int], same_node: bool = False) -> float:
-        """Pushing the new weights from the trainer to every rollout instance (broadcast)."""
-        if not rollout_tps:
-            return 0.0
-        return float(self.ev.weight_sync_s(cfg.n_gpus, cfg.tp, cfg.pp, list(rollout_tps), same_node))
+    def weight_sync_s(self, cfg: TrainConfig, instances: Sequence[RolloutInstance], train_gpus: Sequence[int]) -> float:
+        """Pushing the new weights to every instance (``StepCosts.weight_sync_s``: NVLink when
+        ``train_gpus`` and every instance share one NVLink domain)."""
+        return self.step.weight_sync_s(cfg, instances, train_gpus)
 
     def to_train_s(self, rollout_tp: int, cfg: TrainConfig) -> float:
-        """One GPU leaving rollout for training: drop weights and KV, load the training state
-        of ``cfg`` from host memory (PCIe)."""
-        return float(self.ev.role_change_s("train", rollout_tp, self.strategy(cfg)))
+        """An elastic-pool GPU of a TP-``rollout_tp`` instance joining ``cfg``'s training."""
+        return self.step.lend_s(cfg, rollout_tp)
 
     def to_rollout_s(self, rollout_tp: int, cfg: TrainConfig) -> float:
-        """One GPU going back to rollout: offload its training state to host, load the rollout
-        weight shard for a TP-``rollout_tp`` engine (PCIe)."""
-        return float(self.ev.role_change_s("rollout", rollout_tp, self.strategy(cfg), True))
+        """A lent GPU going back to rollout after ``cfg``'s training."""
+        return self.step.return_s(cfg, rollout_tp)
 
 
 def load_costs(gpu: str, model: str, gpus_per_node: int = 8, calibration: str | os.PathLike[str] | None = None,

@@ -4,9 +4,10 @@ Modes:
 
 * **sync** (on-policy): rollout of step j starts when step j-1's weights are synced; then
   training of j, then weight sync. Colocated plans (verl's hybrid engine) run rollout on every
-  GPU, switch to training (the evaluator's ``role_change_s("train")``: drop weights/KV, load the
-  training state from host), train on every GPU, switch back (``role_change_s("rollout")``:
-  offload the training state, load the rollout weights; this replaces the weight push).
+  GPU, switch to training (``StepCosts.switch_to_train_s``: the engine sleeps, the trainer
+  onloads its state), train on every GPU, switch back (``switch_to_rollout_s``: the trainer
+  offloads, the engine wakes) and hand the weights over through CUDA IPC
+  (``colocated_sync_s``; this replaces the weight push).
 * **sync + streaming** (``streaming=True``): training of step j starts on mini-batches of
   completed GRPO groups while the rollout's tail still runs (``sim.training.Feed``); rollout
   weights stay at version j until the sync after the last mini-batch, so it stays on-policy.
@@ -16,7 +17,12 @@ Modes:
 
 Each step's plan comes from ``policy.plan(cluster, history, prompt_tokens)`` where ``history``
 holds the steps whose rollout has finished (their trajectories are then fully known), oldest
-first. GPUs are booked in a ``GpuLedger`` for every use, so nothing is ever double-booked; a
+first. Every non-rollout cost is ``SimCosts.step`` (``libra.planner.step_costs.StepCosts``), the
+planner's own price list. A plan that differs from the previous step's (split, training
+strategy, instance placement or TP) pays its transition (``StepCosts.transition``): the moved
+instances' GPUs are booked but idle for its rollout side before they serve, and the training GPUs
+for its training side (the re-shard) before the training starts; ``StepMetrics.transition_s``
+records it. GPUs are booked in a ``GpuLedger`` for every use, so nothing is ever double-booked; a
 rollout instance whose GPUs an earlier step's training still needs waits until that training
 and its weight sync are done (async mode with a plan that moved the split): the training books
 them first, even when both ask at the same instant.
@@ -36,6 +42,7 @@ from libra.errors import UserError
 from libra.planner.costs import nvlink_domain
 from libra.planner.packing import instance_gpus, placement_error
 from libra.planner.plan import Plan
+from libra.planner.step_costs import Transition, train_gpu_ids
 from libra.policy import Policy
 from libra.pool.base import RoleChange
 from libra.trace.columnar import StepArrays
@@ -122,13 +129,11 @@ class Simulator:
         n = self.cluster.n_gpus
         if plan.train.n_gpus > plan.n_train_gpus:
             raise SimulationError(f"plan's training strategy needs {plan.train.n_gpus} GPUs but gives training {plan.n_train_gpus}")
-        if plan.colocated:
-            return tuple(range(plan.n_train_gpus))
-        used = {x for g in inst_gpus for x in g}
-        free = [x for x in range(n) if x not in used]
-        if len(free) < plan.n_train_gpus:
-            raise SimulationError(f"plan gives training {plan.n_train_gpus} GPUs but only {len(free)} are left after rollout's {len(used)}")
-        return tuple(free[: plan.n_train_gpus])
+        gpus = train_gpu_ids(n, plan.n_train_gpus, plan.colocated, plan.instances, self.gpn)  # the planner's rule
+        if len(gpus) < plan.n_train_gpus:
+            used = sum(len(g) for g in inst_gpus)
+            raise SimulationError(f"plan gives training {plan.n_train_gpus} GPUs but only {len(gpus)} are left after rollout's {used}")
+        return gpus
 
     # ------------------------------------------------------------------ run
     def run(self, progress: Callable[[int, int], None] | None = None) -> RunResult:
@@ -148,6 +153,9 @@ class Simulator:
         self.running_job: TrainJob | None = None
         self.train_segments: list[tuple[float, float, int]] = []
         self.metrics: list[StepMetrics | None] = [None] * n
+        self._prev_plan: Plan | None = None
+        self._transitions: list[Transition] = [Transition()] * n
+        self._charged: list[list[float]] = [[0.0, 0.0] for _ in range(n)]  # transition charged: rollout side, training side
         self._progress = progress
         self._done = 0
         self.result = RunResult(policy=getattr(self.policy, "name", "?"), mode="")
@@ -178,6 +186,11 @@ class Simulator:
                 raise UserError(f"policy {self.result.policy} is colocated: it cannot run --mode async (rollout and training share every GPU)")
             inst_gpus = self._instance_gpus(plan)
             train_gpus = self._train_gpus(plan, inst_gpus)
+            trans = self.costs.step.transition(self._prev_plan, plan.n_train_gpus, plan.train, plan.instances)
+            self._prev_plan = plan
+            self._transitions[j] = trans
+            load = trans.to_rollout_s * self.noise_xfer.factor() if trans.moved else 0.0
+            self._charged[j][0] = load
             sched = self.policy.scheduler(plan, future=step) if getattr(self.policy, "sees_future", False) else self.policy.scheduler(plan)
             pool = None if plan.colocated else self.policy.pool(plan)
             lat = resolve_latencies(step, self.cfg.seed)
@@ -186,7 +199,7 @@ class Simulator:
             feed = Feed(env, step.n, float(total.sum()), self.cfg.mini_batches) if streaming else None
             job = TrainJob(
                 env, plan.train, train_gpus, int(total.sum()), int(round(float(total.mean()))) if step.n else 1,
-                self.costs, self.noise_train, self.cfg.kl > 0, self.cfg.mini_batches, feed=feed,
+                self.costs, self.noise_train, self.cfg.kl > 0, self.cfg.mini_batches, feed=feed, n_samples=step.n,
             )
             tot_list = total.tolist()
             on_group = (lambda rows, feed=feed, tot=tot_list: feed.add(len(rows), sum(tot[r] for r in rows))) if feed else None
@@ -206,8 +219,9 @@ class Simulator:
             for inst in stage.instances.values():
                 inst.started = False
                 waits = [ev for gs, ev in blocking if gs.intersection(inst.gpus)]
-                if waits:
-                    env.process(self._acquire_after(waits, inst, ("rollout", step.step, inst.id)))
+                delay = load if inst.id in trans.moved else 0.0  # a moved instance loads its weights first
+                if waits or delay > 0:
+                    env.process(self._acquire_after(waits, inst, ("rollout", step.step, inst.id), delay))
                 else:
                     ev = self.ledger.acquire(inst.gpus, ("rollout", step.step, inst.id))
                     ev.callbacks.append(lambda _e, inst=inst: inst.start())
@@ -222,10 +236,15 @@ class Simulator:
                 train = None
             env.process(self._finish_step(j, step, plan, stage, job, lat, mode, train))
 
-    def _acquire_after(self, waits: list[simpy.Event], inst: Instance, owner: tuple[str, int, int]) -> Generator[Any, Any, None]:
-        """Book ``inst``'s GPUs once the earlier trainings in ``waits`` are done, then start it."""
-        yield self.env.all_of(waits)
+    def _acquire_after(self, waits: list[simpy.Event], inst: Instance, owner: tuple[str, int, int],
+                       delay_s: float = 0.0) -> Generator[Any, Any, None]:
+        """Book ``inst``'s GPUs once the earlier trainings in ``waits`` are done, keep them
+        ``delay_s`` for a plan transition (the instance loads its weights), then start it."""
+        if waits:
+            yield self.env.all_of(waits)
         yield self.ledger.acquire(inst.gpus, owner)
+        if delay_s > 0:
+            yield self.env.timeout(delay_s)
         inst.start()
 
     def _owner(self, stage: RolloutStage, inst: Instance) -> tuple[str, int, int]:
@@ -271,22 +290,28 @@ class Simulator:
             yield self.synced[j - 1]
         owner = ("train", step.step)
         yield self.ledger.acquire(job.gpus, owner)
+        trans = self._transitions[j]
+        if trans.train_changed and trans.to_train_s > 0:  # a plan transition: re-shard for the new strategy
+            reshard = trans.to_train_s * self.noise_xfer.factor()
+            self._charged[j][1] = reshard
+            yield env.timeout(reshard)
         switch_in = switch_out = 0.0
         tps = [ri.tp for ri in plan.instances]
         rtp = max(tps) if tps else 1
+        sc = self.costs.step
         if plan.colocated:
-            switch_in = self.costs.to_train_s(rtp, plan.train) * self.noise_xfer.factor()
+            switch_in = sc.switch_to_train_s(plan.train, rtp) * self.noise_xfer.factor()
             yield env.timeout(switch_in)
         self.running_job = job
         ts: TrainStats = yield env.process(job.run())
         self.running_job = None
         self.train_segments.extend(ts.segments)
-        sync = 0.0
         if plan.colocated:
-            switch_out = self.costs.to_rollout_s(rtp, plan.train) * self.noise_xfer.factor()
-            yield env.timeout(switch_out)
+            switch_out = sc.switch_to_rollout_s(plan.train, rtp) * self.noise_xfer.factor()
+            sync = sc.colocated_sync_s(plan.train, plan.instances) * self.noise_xfer.factor()
+            yield env.timeout(switch_out + sync)
         else:
-            sync = self.costs.weight_sync_s(plan.train, tps) * self.noise_xfer.factor()
+            sync = self.costs.weight_sync_s(plan.train, plan.instances, job.gpus) * self.noise_xfer.factor()
             yield env.timeout(sync)
         self.ledger.release(job.gpus, owner)
         for loan in job.loans:
@@ -328,13 +353,14 @@ class Simulator:
         prev_end = self.metrics[j - 1].step_end_s if j > 0 and self.metrics[j - 1] else 0.0
         step_s = env.now - prev_end
         switch = switch_in + switch_out
-        train_window = env.now - ts.start_s + switch_in
+        pre = switch_in + self._charged[j][1]  # the colocated switch and a transition's re-shard precede training
+        train_window = env.now - ts.start_s + pre
         # Rollout busy GPU-seconds inside a training window are pro-rated over the rollout's
         # window (instances do not record every interval): this step's own tail when streaming,
         # the next step's rollout in async mode (subtracted when that step is recorded).
         idle_r = n * rs.makespan_s - rs.busy_gpu_s - self._overlap_train(rs.start_s, rs.end_s)
         idle_t = n * train_window - ts.busy_gpu_s
-        t_a = ts.start_s - switch_in
+        t_a = ts.start_s - pre
         own = max(0.0, min(env.now, rs.end_s) - max(t_a, rs.start_s))  # streaming: this rollout's tail
         if rs.makespan_s > 0 and own > 0:
             idle_t -= rs.busy_gpu_s * own / rs.makespan_s
@@ -359,13 +385,15 @@ class Simulator:
             lower_bound_s=bound.bound_s,
             critical_path_s=bound.critical_path_s,
             work_bound_s=bound.work_s,
-            train_start_s=ts.start_s - switch_in,
+            train_start_s=ts.start_s - pre,
             train_s=ts.duration_s,
             forward_s=ts.forward_s,
             update_s=ts.update_s,
             join_pause_s=ts.pause_s,
             switch_s=switch,
             sync_s=sync,
+            transition_s=sum(self._charged[j]),
+            prep_s=ts.prep_s,
             step_end_s=env.now,
             step_s=step_s,
             gen_tokens=rs.gen_tokens,

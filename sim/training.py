@@ -1,9 +1,11 @@
 """The training stage of one RL step, elastic: rollout workers may join it while it runs.
 
-Work model: the forward passes RL needs first (old-policy log-probs, and the reference model's
-when ``--kl`` > 0), then the update over the step's tokens split into ``mini_batches`` optimizer
-steps (gradient-accumulation boundaries). Each segment's time comes from the cost evaluator for
-the strategy in force when the segment starts, times a noise factor. ``tokens`` is the step's
+Work model: the per-sample bookkeeping between rollout and training (reward, advantage, data
+movement: ``StepCosts.step_fixed_s``), the forward passes RL needs (old-policy log-probs, and the
+reference model's when ``--kl`` > 0), then the update over the step's tokens split into
+``mini_batches`` optimizer steps (gradient-accumulation boundaries). Each segment's time comes
+from ``StepCosts.train_stage_s`` (the formula the planner ranks strategies with) for the strategy
+in force when the segment starts, times a noise factor. ``tokens`` is the step's
 trained tokens (every trajectory's full context); ``seq_len`` their mean length.
 
 Joining (elastic pool): workers lent by rollout add whole data-parallel replicas (groups of
@@ -78,6 +80,7 @@ class TrainStats:
 
     start_s: float = float("nan")
     end_s: float = float("nan")
+    prep_s: float = 0.0  # per-sample bookkeeping before the forward passes (streaming: per mini-batch)
     forward_s: float = 0.0
     update_s: float = 0.0
     pause_s: float = 0.0
@@ -109,7 +112,9 @@ class TrainJob:
         kl: bool,
         mini_batches: int = 4,
         feed: Feed | None = None,
+        n_samples: int = 0,
     ) -> None:
+        """``n_samples``: the step's trajectories (their bookkeeping is charged first)."""
         if cfg.n_gpus > len(gpus):
             raise ValueError(f"training strategy needs {cfg.n_gpus} GPUs, given {len(gpus)}")
         self.env = env
@@ -123,6 +128,7 @@ class TrainJob:
         self.kl = kl
         self.mini_batches = max(1, mini_batches)
         self.feed = feed
+        self.n_samples = max(0, int(n_samples))
         self.loans: list[Loan] = []
         self.running = False
         self.stats = TrainStats(tokens=tokens, seq_len=self.seq_len)
@@ -162,7 +168,12 @@ class TrainJob:
         st.start_s = env.now
         st.gpus_start = self.n_gpus
         self.running = True
+        prep = self.costs.step.step_fixed_s(self.n_samples)
         if self.feed is None:
+            if prep > 0:
+                d = prep * self.noise.factor()
+                yield env.timeout(d)
+                st.prep_s = d
             yield from self._apply_joins()
             fwd, _ = self.costs.train_stage_s(self.cfg, self.tokens, self.seq_len, self.kl)
             t0 = env.now
@@ -181,11 +192,12 @@ class TrainJob:
             if self.feed is None:
                 d = upd / self.mini_batches * f
                 st.update_s += d
-            else:  # a streamed mini-batch: its own forward passes, then its backward
+            else:  # a streamed mini-batch: its bookkeeping, its own forward passes, then its backward
                 share = self.feed.share[m]
+                st.prep_s += prep * share * f
                 st.forward_s += fwd * share * f
                 st.update_s += upd * share * f
-                d = (fwd + upd) * share * f
+                d = (prep + fwd + upd) * share * f
             yield env.timeout(d)
             st.busy_gpu_s += d * self.cfg.n_gpus
             st.segments.append((t0, env.now, self.cfg.n_gpus))

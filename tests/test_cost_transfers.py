@@ -6,7 +6,8 @@ import pytest
 
 from cost_models import CostEvaluator, CostModelError
 from cost_models.training import TrainStrategy
-from cost_models.transfers import PCIE_EFF, ROLE_CHANGE_FIXED_S, weight_bytes
+from cost_models.rl_overheads import ENGINE_SLEEP_S, ENGINE_WAKE_EFF, ENGINE_WAKE_FIXED_S
+from cost_models.transfers import weight_bytes
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def test_weight_sync_bytes_over_links(ev: CostEvaluator) -> None:
 def test_weight_sync_errors(ev: CostEvaluator) -> None:
     with pytest.raises(CostModelError, match="valid tp"):
         ev.weight_sync_s(8, 4, 1, [3])
-    with pytest.raises(CostModelError, match="broadcast' or 'sharded"):
+    with pytest.raises(CostModelError, match="'broadcast', 'sharded' or 'ipc'"):
         ev.weight_sync_s(8, 4, 1, [2], mode="magic")  # type: ignore[arg-type]
     with pytest.raises(CostModelError, match="needs n_train_gpus"):
         ev.weight_sync_s(rollout_tps=[2])
@@ -44,11 +45,11 @@ def test_role_change(ev: CostEvaluator) -> None:
     to_roll = ev.role_change_s("rollout", rollout_tp=2, strategy=s)
     to_roll_no_offload = ev.role_change_s("rollout", rollout_tp=2, strategy=s, offload_previous=False)
     to_train = ev.role_change_s("train", strategy=s)
-    assert to_roll > to_roll_no_offload > ROLE_CHANGE_FIXED_S
-    # rollout weights of tp=2: half the model's bf16 bytes (+ norms) over PCIe
-    expect = ROLE_CHANGE_FIXED_S + 2 * (ev.model.params_total / 2) / (ev.gpu.pcie_bw * PCIE_EFF)
+    assert to_roll > to_roll_no_offload > ENGINE_WAKE_FIXED_S
+    # rollout weights of tp=2: half the model's bf16 bytes (+ norms) at the measured wake-up rate
+    expect = ENGINE_WAKE_FIXED_S + 2 * (ev.model.params_total / 2) / (ev.gpu.pcie_bw * ENGINE_WAKE_EFF)
     assert to_roll_no_offload == pytest.approx(expect, rel=0.01)
-    assert to_train > ROLE_CHANGE_FIXED_S
+    assert to_train > ENGINE_SLEEP_S
     with pytest.raises(CostModelError, match="'rollout' or 'train'"):
         ev.role_change_s("idle")  # type: ignore[arg-type]
 

@@ -73,7 +73,7 @@ def test_colocated_time_shares_every_gpu_and_pays_the_switch(costs) -> None:  # 
     res = replay_policy(steps, "verl-colocated", CLUSTER, SimConfig(), costs=costs)
     for m in res.steps:
         assert m.n_rollout_gpus == m.n_train_gpus == 16
-        assert m.switch_s > 0 and m.sync_s == 0
+        assert m.switch_s > 0 and m.sync_s > 0  # the stage switches, and the weights handed over by CUDA IPC
         assert m.completed == m.n_traj
     # the next rollout waits for the switch back: stages never overlap
     a, b = res.steps

@@ -54,14 +54,21 @@ class FakeEvaluator:
     def forward_s(self, strategy: Any, tokens: int, seq_len: int) -> float:
         return 1e-5 * tokens / strategy.n_gpus + 0.2
 
-    def weight_sync_s(self, n_train_gpus: int, train_tp: int, train_pp: int, rollout_tps: Any, same_node: bool = False) -> float:
-        return 0.5
+    def weight_sync_s(self, n_train_gpus: Any = None, train_tp: Any = None, train_pp: Any = None, rollout_tps: Any = (),
+                      same_node: bool = False, mode: str = "broadcast", strategy: Any = None) -> float:
+        return 0.3 if mode == "ipc" else 0.5
 
     def kv_migration_s(self, tokens: float, tp_src: int, tp_dst: int, same_node: bool = True) -> float:
         return 1e-5 * tokens + 0.001
 
     def role_change_s(self, to: str, rollout_tp: int = 1, strategy: Any = None, offload_previous: bool = True) -> float:
         return 2.0
+
+    def stage_switch_s(self, to: str, rollout_tp: int = 1, strategy: Any = None) -> float:
+        return 1.5
+
+    def step_fixed_s(self, n_samples: int) -> float:
+        return 1e-3 * n_samples
 
     def valid_rollout_tps(self) -> list[int]:
         return [1, 2, 4, 8]

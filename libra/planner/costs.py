@@ -50,6 +50,10 @@ class CostModel(Protocol):
 
     def role_change_s(self, to: str, rollout_tp: int = 1, strategy: Any = None, offload_previous: bool = True) -> float: ...
 
+    def stage_switch_s(self, to: str, rollout_tp: int = 1, strategy: Any = None) -> float: ...
+
+    def step_fixed_s(self, n_samples: int) -> float: ...
+
 
 def make_evaluator(cluster: ClusterSpec) -> CostModel:
     """The real cost evaluator for a cluster (imported lazily: see the module docstring)."""

@@ -37,6 +37,7 @@ from typing import Any
 
 from libra.planner.costs import CostModel, nvlink_domain, tp_rule, valid_ep_degrees
 from libra.planner.plan import TrainConfig
+from libra.planner.step_costs import StepCosts
 
 MICRO_BATCHES: tuple[int, ...] = (1, 2, 4)
 ZERO_STAGES: tuple[int, ...] = (1, 2, 3)
@@ -246,34 +247,29 @@ def report_line(rep: Any, fallback: str) -> str:
 
 
 class TrainTimer:
-    """Predicted training-stage time of a strategy: one optimizer step over the step's tokens
-    plus the old-policy log-prob forward (and a reference-model forward with a KL term).
-    ``lower`` is the optimizer step alone: a lower bound used for branch and bound."""
+    """Predicted training-stage time of a strategy: ``StepCosts.train_stage_s`` (the old-policy
+    log-prob forward, the reference model's with a KL term, and one optimizer step over the
+    step's tokens), the formula the simulator charges too. ``lower`` is the optimizer step
+    alone: a lower bound used for branch and bound."""
 
-    def __init__(self, ev: CostModel, tokens: int, seq_len: int, kl: bool = False) -> None:
-        self.ev, self.tokens, self.seq_len, self.kl = ev, tokens, seq_len, kl
-        self._step: dict[TrainConfig, float] = {}
+    def __init__(self, ev: CostModel | StepCosts, tokens: int, seq_len: int, kl: bool = False) -> None:
+        self.costs = ev if isinstance(ev, StepCosts) else StepCosts(ev)
+        self.ev, self.tokens, self.seq_len, self.kl = self.costs.ev, tokens, seq_len, kl
+        self._seen: set[TrainConfig] = set()
         self.calls = 0
 
     def lower(self, cfg: TrainConfig) -> float:
-        from libra.planner.costs import to_strategy
-
-        t = self._step.get(cfg)
-        if t is None:
+        if cfg not in self._seen:
+            self._seen.add(cfg)
             self.calls += 1
-            t = float(self.ev.train_iter_s(to_strategy(cfg), self.tokens, self.seq_len))
-            self._step[cfg] = t
-        return t
+        return self.costs.update_s(cfg, self.tokens, self.seq_len)
 
     def __call__(self, cfg: TrainConfig) -> float:
-        from libra.planner.costs import to_strategy
-
         self.calls += 1
-        fwd = float(self.ev.forward_s(to_strategy(cfg), self.tokens, self.seq_len))
-        return self.lower(cfg) + fwd * (2 if self.kl else 1)
+        return self.costs.train_s(cfg, self.tokens, self.seq_len, self.kl)
 
 
-def training_time_fn(ev: CostModel, tokens: int, seq_len: int, kl: bool = False) -> TrainTimer:
+def training_time_fn(ev: CostModel | StepCosts, tokens: int, seq_len: int, kl: bool = False) -> TrainTimer:
     """The training-stage timer (see ``TrainTimer``)."""
     return TrainTimer(ev, tokens, seq_len, kl)
 
@@ -281,8 +277,9 @@ def training_time_fn(ev: CostModel, tokens: int, seq_len: int, kl: bool = False)
 class DecisionTree:
     """Memoized tree walks: one per (GPU count, tokens, sequence lengths)."""
 
-    def __init__(self, ev: CostModel, gpus_per_node: int, kl: bool = False) -> None:
-        self.ev = ev
+    def __init__(self, ev: CostModel | StepCosts, gpus_per_node: int, kl: bool = False) -> None:
+        self.costs = ev if isinstance(ev, StepCosts) else StepCosts(ev, gpus_per_node)
+        self.ev = self.costs.ev
         self.gpus_per_node = gpus_per_node
         self.kl = kl
         self._cache: dict[tuple[int, int, int, int], TreeResult] = {}
@@ -301,7 +298,7 @@ class DecisionTree:
         self.misses += 1
         sequences = max(1, tokens // max(seq_len, 1))
         res = enumerate_strategies(
-            self.ev, n_gpus, sequences, seq_len_memory, self.gpus_per_node, training_time_fn(self.ev, tokens, seq_len, self.kl),
+            self.ev, n_gpus, sequences, seq_len_memory, self.gpus_per_node, training_time_fn(self.costs, tokens, seq_len, self.kl),
             budget_s=budget_s,
         )
         self._cache[key] = res

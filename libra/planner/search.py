@@ -52,11 +52,12 @@ import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
-from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, to_strategy, valid_tp_degrees
+from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, valid_tp_degrees
 from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, RolloutChoice, RolloutDP
-from libra.planner.stats import WorkloadStats, compute_stats
+from libra.planner.stats import PriorSpec, WorkloadStats, compute_stats
+from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
 from libra.trace.columnar import StepArrays
 
@@ -156,7 +157,8 @@ class Planner:
         self.nvlink_domain = nvlink_domain(getattr(self.ev, "gpu", None), gpn)  # instances pack domains
         self.tps = valid_tp_degrees(self.ev.model, gpn, self.nvlink_domain)
         self.table = DecodeTable(self.ev, self.tps)
-        self.tree = DecisionTree(self.ev, gpn, kl=self.options.kl)
+        self.step_costs = StepCosts(self.ev, gpn)  # the simulator charges the same object's prices
+        self.tree = DecisionTree(self.step_costs, gpn, kl=self.options.kl)
         self._dps: dict[str, RolloutDP] = {}
 
     # ---- pieces --------------------------------------------------------------------------------
@@ -208,10 +210,11 @@ class Planner:
     # ---- the search ----------------------------------------------------------------------------
     def search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None = None) -> SearchResult:
         """Run the hierarchical search; raises UserError when nothing fits (saying what would)."""
-        stats = compute_stats(history, prompt_tokens, window=self.options.window, prior_cap=self.cluster.max_context)
+        stats = compute_stats(history, prompt_tokens, window=self.options.window, prior=PriorSpec.of(self.cluster))
         dp = self.rollout_dp(stats)
         hits0, miss0 = dp.hits, dp.misses
         tokens, seq, seq_max = self.train_shape(stats)
+        fixed = self.step_costs.step_fixed_s(stats.n_trajectories)  # reward/advantage/data bookkeeping
         cands: list[Candidate] = []
         N = self.cluster.n_gpus
         state = {"incumbent": float("inf"), "skipped": 0, "last_tree": None}
@@ -225,7 +228,7 @@ class Planner:
                 assert ro is not None
                 incumbent = state["incumbent"]
                 # bound: what the training stage may still take for this split to beat the incumbent
-                budget = incumbent - (ro.makespan_s if self.options.mode == "sync" else 0.0)
+                budget = incumbent - (ro.makespan_s if self.options.mode == "sync" else 0.0) - fixed
                 if budget <= 0 or ro.makespan_s >= incumbent:
                     state["skipped"] += 1
                     continue
@@ -234,10 +237,11 @@ class Planner:
                 if tree.best is None:
                     state["skipped"] += tree.budget_s != float("inf")
                     continue
-                sync = weight_sync_s(self.ev, self.cluster, n_train, tree.best, ro.instances)
-                trans = transition_s(self.ev, self.cluster, current, n_train, tree.best, ro.instances, self.options.mode)
-                st = step_time(self.options.mode, ro.makespan_s, tree.best_time_s, sync) + trans / self.options.amortize_steps
-                cands.append(Candidate(n_train, tree.best, tree.best_time_s, ro, sync, trans, st))
+                sync = weight_sync_s(self.step_costs, self.cluster, n_train, tree.best, ro.instances)
+                trans = transition_s(self.step_costs, self.cluster, current, n_train, tree.best, ro.instances, self.options.mode)
+                train_s = tree.best_time_s + fixed
+                st = step_time(self.options.mode, ro.makespan_s, train_s, sync) + trans / self.options.amortize_steps
+                cands.append(Candidate(n_train, tree.best, train_s, ro, sync, trans, st))
                 state["incumbent"] = min(incumbent, st)
 
         coarse = self.options.unit is None and coarse_unit(N, self.cluster.gpus_per_node)
@@ -250,7 +254,7 @@ class Planner:
         else:
             visit(self.n_train_grid())
         if self.options.mode == "sync" and self.options.colocated:
-            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]))
+            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]), fixed)
             if co is not None:
                 cands.append(co)
         skipped = int(state["skipped"])
@@ -260,29 +264,27 @@ class Planner:
         best = min(cands, key=Candidate.rank)
         return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped)
 
-    def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float) -> Candidate | None:
+    def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float,
+                   fixed: float = 0.0) -> Candidate | None:
         """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
         all N (or on as many as the training backend can use, ``ClusterSpec.train_gpu_cap``; the
-        rest wait), each GPU switching role through host memory twice per step (``role_change_s``
-        to training with the chosen strategy, and back to rollout with the largest instance TP)."""
+        rest wait), each GPU switching stage twice per step and the weights handed over through
+        CUDA IPC (``StepCosts.colocated_overhead_s``: engine sleep + trainer onload, trainer
+        offload + engine wake at the largest instance TP, the IPC sync), plus the per-sample
+        bookkeeping ``fixed``."""
         N = self.cluster.n_gpus
         n_train = self.cluster.train_gpu_cap
         ro = dp.best(N)
         if ro is None or ro.makespan_s >= incumbent:
             return None
-        tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=incumbent - ro.makespan_s)
+        tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=incumbent - ro.makespan_s - fixed)
         if tree.best is None:
             return None
-        rtp = max(i.tp for i in ro.instances)
-        strategy = to_strategy(tree.best)
-        switch = float(self.ev.role_change_s("train", rollout_tp=rtp, strategy=strategy)) + float(
-            self.ev.role_change_s("rollout", rollout_tp=rtp, strategy=strategy)
-        )
-        trans = 0.0
-        if current is not None and not current.colocated:
-            trans = transition_s(self.ev, self.cluster, current, n_train, tree.best, ro.instances)
-        st = ro.makespan_s + tree.best_time_s + switch + trans / self.options.amortize_steps
-        return Candidate(n_train, tree.best, tree.best_time_s, ro, switch, trans, st, colocated=True)
+        switch = self.step_costs.colocated_overhead_s(tree.best, ro.instances)
+        trans = transition_s(self.step_costs, self.cluster, current, n_train, tree.best, ro.instances)
+        train_s = tree.best_time_s + fixed
+        st = ro.makespan_s + train_s + switch + trans / self.options.amortize_steps
+        return Candidate(n_train, tree.best, train_s, ro, switch, trans, st, colocated=True)
 
     def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:
         """Splits in the order the outer loop visits them: a good incumbent early makes the
@@ -329,7 +331,7 @@ class Planner:
                 "rollout_load_s": c.rollout.load_s,
                 "rollout_critical_path_s": c.rollout.critical_path_s,
                 "bucket_times_s": list(c.rollout.bucket_times_s),
-                "sync_s": c.sync_s,  # weight push; for a colocated plan, the two role switches
+                "sync_s": c.sync_s,  # weight push; for a colocated plan, the two stage switches + the IPC sync
                 "transition_s": c.transition_s,
                 "stats_digest": res.stats.digest,
                 "from_prior": res.stats.from_prior,
@@ -410,7 +412,7 @@ class Replanner:
     def plan(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None) -> Plan:
         """The plan for the next step: the current one, or a new search (see the class doc)."""
         if self.current is not None and self.policy == "drift" and self._stats is not None:
-            stats = compute_stats(history, prompt_tokens, window=self.planner.options.window, prior_cap=self.planner.cluster.max_context)
+            stats = compute_stats(history, prompt_tokens, window=self.planner.options.window, prior=PriorSpec.of(self.planner.cluster))
             if stats.n_trajectories == self._stats.n_trajectories and stats.drift(self._stats) <= self.threshold:
                 return replace(self.current, notes={**self.current.notes, "replanned": False})
         res = self.planner.search(history, prompt_tokens, self.current)

@@ -13,7 +13,8 @@ Called by the backend whenever rollout load changes. An instance is lent (``Role
    extra training GPUs shorten nothing, and lent GPUs stay with the training job until it ends,
    so they could miss the next rollout's start;
 4. the move pays: the expected remaining rollout time ``R`` exceeds the round trip of role
-   changes (``role_change_s`` to training now, back to rollout for the next step) by
+   changes (``StepCosts.lend_s`` to training now, ``return_s`` back to rollout for the next
+   step: the same prices the simulator charges) by
    ``payoff_factor``. ``R`` is the plan's predicted rollout makespan minus the time elapsed,
    at least ``min_tail_s`` while trajectories are unfinished; a plan running over its prediction
    has little time left by this estimate and so lends less, the conservative direction.
@@ -28,8 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from libra.planner.costs import CostModel, to_strategy
+from libra.planner.costs import CostModel
 from libra.planner.plan import Plan
+from libra.planner.step_costs import StepCosts
 from libra.pool.base import JoinMode, PoolObservation, RoleChange
 
 
@@ -38,7 +40,7 @@ class ElasticPool:
     """Decides role changes for one step's plan (see the module docstring)."""
 
     plan: Plan
-    ev: CostModel | None = None
+    ev: CostModel | StepCosts | None = None
     join: JoinMode = "nonblocking"
     grace_s: float = 1.0
     payoff_factor: float = 1.0
@@ -50,17 +52,14 @@ class ElasticPool:
         self._bucket_of = {i.id: i.bucket for i in self.plan.instances}
         self._tp_of = {i.id: i.tp for i in self.plan.instances}
         self._rc: dict[int, float] = {}
+        self._costs = None if self.ev is None else (self.ev if isinstance(self.ev, StepCosts) else StepCosts(self.ev))
 
     def round_trip_s(self, tp: int) -> float:
-        """Role change to training now plus back to rollout later, for an instance of ``tp``."""
+        """Role change to training now plus back to rollout later, for an instance of ``tp``: the
+        prices the simulator charges a loan (``StepCosts.lend_s`` + ``return_s``)."""
         if tp in self._rc:
             return self._rc[tp]
-        if self.ev is None:
-            cost = 0.0
-        else:
-            to_train = float(self.ev.role_change_s("train", strategy=to_strategy(self.plan.train)))
-            back = float(self.ev.role_change_s("rollout", rollout_tp=tp))
-            cost = to_train + back
+        cost = 0.0 if self._costs is None else self._costs.round_trip_s(self.plan.train, tp)
         self._rc[tp] = cost
         return cost
 
