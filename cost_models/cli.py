@@ -85,7 +85,8 @@ def _run_engine_report(args: argparse.Namespace) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "engine_report.md").write_text(f"`libra-calibrate report --engine {args.engine or ''}`\n\n".replace(" `", "`") + text)
+        cmd = "libra-calibrate report --engine" + (f" {args.engine}" if args.engine else "")
+        (out / "engine_report.md").write_text(f"`{cmd}`\n\n" + text)
         print(f"wrote {out / 'engine_report.md'}")
     return 0
 

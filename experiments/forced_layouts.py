@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--layouts", default="8;4;2;4,8;2,8;2,4;8,8")
     a = ap.parse_args()
     cl = ClusterSpec(a.gpus, "a800", "qwen3-14b")
-    costs = load_costs(cl.gpu, cl.model, cl.gpus_per_node)
+    costs = load_costs(cl.gpu, cl.model, cl.gpus_per_node, engine=cl.engine)
     steps, _ = load_steps(a.trace, a.steps)
     print("SIMULATED. layout | rank | mean rollout s (steps>=1) | mean LB | ratio | step | migrations, refused | preemptions, evictions | queue wait per trajectory | plan of the last step")
     for spec in a.layouts.split(";"):
