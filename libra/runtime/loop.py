@@ -402,7 +402,7 @@ class Runner:
                 plan = pin_plan(plan, cfg.split_pair(), cfg.bucket_bounds, cfg.per_node)
                 self.plan = plan
                 plan_s = time.perf_counter() - t0
-                self.log(f"step {step} plan ({cfg.policy}): {describe_plan(plan, len(self.history))}")
+                self.log(f"step {step} ({step + 1}/{cfg.steps}) plan ({cfg.policy}): {describe_plan(plan, len(self.history))}")
                 setup_s = self._place(plan)
                 self._check_stop()
                 # planners give the torch trainer one device (ClusterSpec.max_train_gpus); a pinned split may still give more
@@ -447,7 +447,9 @@ class Runner:
                 adm = " ".join(f"b{b}:{n}" for b, n in sorted(ro.admitted_by_bucket.items()))
                 kinds = ", ".join(f"{k} {row['reward_' + k]:.2f}" for k in ("math", "math2", "search") if row["reward_" + k] == row["reward_" + k])
                 elapsed = time.perf_counter() - t_run
-                self.log(f"step {step + 1}/{cfg.steps} done ({progress(elapsed, [float(r['step_s']) for r in self.rows], cfg.steps - step - 1)}): "
+                # the ETA leaves out actor set-up (step 0's, ~10x a later step; re-placements are occasional)
+                times = [float(r["step_s"]) - float(r.get("setup_s") or 0.0) for r in self.rows]
+                self.log(f"step {step} ({step + 1}/{cfg.steps}) done ({progress(elapsed, times, cfg.steps - step - 1)}): "
                          f"reward {row['reward_mean']:.3f} ({kinds}); rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s "
                          f"({row['train_overlap_s']:.1f} s overlapping rollout), sync {sync_s:.2f} s, step {step_s:.1f} s"
                          f"{f' (incl. {setup_s:.1f} s placing actors)' if setup_s >= 0.5 else ''}, "

@@ -139,6 +139,7 @@ def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]], heldout: dict[str, 
         ax.plot([x1], [a], marker="*", color="tab:red", markersize=11, linestyle="none", label=f"held-out after {a:.3f}")
         title = "training reward per step; held-out reward before and after"
     ax.set_xlabel("RL step")
+    _integer_steps(ax)
     ax.set_ylabel("mean reward")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
@@ -148,6 +149,13 @@ def plot_steps(out_dir: str, rows: Sequence[dict[str, Any]], heldout: dict[str, 
     plt.close(fig)
     paths.append(plot_stages(out_dir, rows))
     return paths
+
+
+def _integer_steps(ax: Any) -> None:
+    """Step axes tick at whole steps only."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def plot_stages(out_dir: str, rows: Sequence[dict[str, Any]]) -> str:
@@ -180,7 +188,7 @@ def plot_stages(out_dir: str, rows: Sequence[dict[str, Any]]) -> str:
         ck = (sync[1], sync[1] + f(r, "checkpoint_s"))
         spans.append(((0.0, t), roll, train, sync, ck, overlap))
     div, unit = time_unit([sp[4][1] for sp in spans])
-    fig, (ax0, ax) = plt.subplots(1, 2, figsize=(8, 3.4), gridspec_kw={"width_ratios": [1, 4]})
+    fig, (ax0, ax) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [1, 4]})
     placed = [(s, v) for s, v in zip(steps, setups) if v > 0]
     sdiv, sunit = time_unit([v for _, v in placed])
     if placed:
@@ -200,8 +208,9 @@ def plot_stages(out_dir: str, rows: Sequence[dict[str, Any]]) -> str:
     seen: dict[str, Any] = {}
     for h, lab in zip(handles, labels):
         seen.setdefault(lab, h)
-    ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper right")
+    ax.legend(seen.values(), seen.keys(), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_xlabel("RL step")
+    _integer_steps(ax)
     ax.set_ylabel(f"{unit} from the step's start")
     streamed = any(sp[5] > 0 for sp in spans)
     ax.set_title("step timeline" + (" (train beside rollout = overlapped, streaming)" if streamed else ""), fontsize=8)
@@ -233,6 +242,7 @@ def plot_fidelity(out_dir: str, fidelity: Sequence[dict[str, Any]]) -> str:
         ax.plot(steps, [float(r[f"sim_{k}_s"]) / div for r in fidelity], marker=".", color="tab:red", linestyle="--", label="SIMULATED")
         ax.set_title(k, fontsize=9)
         ax.set_xlabel("RL step")
+        _integer_steps(ax)
         ax.set_ylabel(unit)
         ax.set_ylim(bottom=0)
     axes[0].legend(fontsize=7)

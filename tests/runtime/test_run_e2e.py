@@ -129,9 +129,9 @@ def test_ctrl_c_stops_cleanly(tmp_path) -> None:
     while time.time() < deadline:
         line = proc.stdout.readline()
         seen += line
-        if "step 0:" in line or not line:
+        if "step 0 (1/50) done" in line or not line:
             break
-    assert "step 0:" in seen, seen[-2000:]
+    assert "step 0 (1/50) done" in seen, seen[-2000:]
     proc.send_signal(signal.SIGINT)
     try:
         rest, _ = proc.communicate(timeout=120)
@@ -148,6 +148,43 @@ def test_ctrl_c_stops_cleanly(tmp_path) -> None:
     assert not left_ray, f"Ray processes of the run left behind: {left_ray}"
     new = {f for f in _shm() - before if "vllm" in f or f.startswith("psm_") or f.startswith("torch_")}
     assert not new, f"/dev/shm files left: {sorted(new)}"
+
+
+@needs_ray
+def test_ctrl_c_while_actors_are_placed_exits_130_without_a_traceback(tmp_path) -> None:
+    """A Ctrl-C about a second after "Ray up", while the actors are being placed: the handler
+    used to raise inside ray.get (SystemError: ... returned a result with an exception set, exit
+    1). Now it asks the loop to stop after the placement, and the run exits 130."""
+    import shutil
+    import tempfile
+
+    ray_tmp = tempfile.mkdtemp(prefix="lrray", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
+    cmd = [sys.executable, "-m", "libra.runtime.cli", "--engine", "torch", "--devices", "2", "--steps", "5", "--prompts-per-step", "2",
+           "--group-size", "2", "--out", str(tmp_path / "run"), "--no-replay", "--eval-tasks", "0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+    seen = ""
+    deadline = time.time() + 240
+    assert proc.stdout is not None
+    try:
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            seen += line
+            if "Ray up" in line or not line:
+                break
+        assert "Ray up" in seen, seen[-2000:]
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=120)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    out = seen + rest
+    assert proc.returncode == 130, out[-2000:]
+    assert "Traceback" not in out and "SystemError" not in out, out[-2000:]
+    assert "stop requested" in out and "stopping cleanly" in out
 
 
 @needs_vllm
