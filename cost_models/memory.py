@@ -119,9 +119,9 @@ def check_tp(model: ModelSpec, tp: int, gpu: GPUSpec | None = None, rollout: boo
     why = tp_rule(model, tp, gpu.nvlink_domain, rollout)
     if why is not None:
         ok = tp_degrees(model, gpu.nvlink_domain, rollout)
+        cap = f", a rollout engine runs at most {ROLLOUT_MAX_TP}" if rollout else ""
         raise CostModelError(
-            f"{why} on {gpu.name} ({gpu.nvlink_domain} GPUs per NVLink domain); "
-            f"valid tp{' (rollout)' if rollout else ''}: {', '.join(map(str, ok))}"
+            f"{why} on {gpu.name} ({gpu.nvlink_domain} GPUs per NVLink domain{cap}); valid tp: {', '.join(map(str, ok))}"
         )
 
 

@@ -58,7 +58,7 @@ def test_human_lines(capsys: pytest.CaptureFixture[str]) -> None:
     "argv,pattern",
     [
         (["decode", "--gpu", "v100", "--model", "qwen3-8b", "--tp", "1", "--batch", "1", "--context", "1"],
-         "unknown GPU 'v100'; valid: a100, a800, cpu, h100, h200"),
+         "unknown GPU 'v100'; valid: a100, a800, b200, cpu, gb200, h100, h200"),
         (["decode", "--gpu", "h100", "--model", "qwen9", "--tp", "1", "--batch", "1", "--context", "1"],
          "unknown model 'qwen9'; valid:"),
         (["decode", "--gpu", "h100", "--model", "qwen3-14b", "--tp", "3", "--batch", "1", "--context", "1"],
