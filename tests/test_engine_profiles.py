@@ -244,3 +244,22 @@ def test_replay_cli_passes_engine_to_costs_and_cluster(tmp_path: Path, monkeypat
                    "--noise", "0", "--engine", "trtllm-2024", "--json", str(out)])
     assert rc == 0 and seen["engine"] == "trtllm-2024"
     assert "verl-static-uniform" in json.loads(out.read_text())["policies"]
+
+
+def test_libra_run_engine_profile_key_reaches_the_fidelity_replay(tmp_path: Path) -> None:
+    """``engine_profile`` is a libra-run key, and the run's record-then-replay comparison passes it
+    to ``libra-sim replay --engine`` (a subprocess), so the replay times rollouts the same way."""
+    from libra.runtime.config import KEYS, load_config
+    from libra.runtime.recording import replay_fidelity
+
+    assert "engine_profile" in KEYS and load_config(None, {"engine_profile": "trtllm-2024"}).engine_profile == "trtllm-2024"
+    tiny = str(Path(__file__).resolve().parents[1] / "libra" / "runtime" / "assets" / "tiny-policy" / "config.json")
+    tr = _trace(tmp_path / "t.jsonl", steps=1, n=8)
+    rows = [{"step": 0, "rollout_s": 1.0, "train_s": 0.5, "sync_s": 0.1}]
+    sims = {}
+    for eng in ("constants", "vllm-2024"):
+        out = tmp_path / eng
+        out.mkdir()
+        fid = replay_fidelity(str(out), str(tr), rows, 4, 4, "cpu", tiny, "verl-static-uniform", engine_profile=eng)
+        sims[eng] = fid[0]["sim_rollout_s"]
+    assert sims["vllm-2024"] > sims["constants"]

@@ -34,7 +34,7 @@ BUNDLED_RECIPES: dict[str, dict[str, Any]] = {
         "csv": BENCH_CSV, "only_engine": "TensorRT-LLM",
         "engine": "TensorRT-LLM mid-2024 (fp16, static batch)",
         "description": "TensorRT-LLM as measured by the Argonne LLM-Inference-Bench on A100 and H100 nodes (TP 1-4): "
-                       "a lean C++ runtime",
+                       "far less per-sequence and TP-collective cost than vLLM 2024, a larger fixed cost per step",
     },
 }
 #: Not fitted: the cost model's assumptions before profiles existed, kept for comparison.
