@@ -50,13 +50,13 @@ def steps_table(result: RunResult) -> Any:
     from rich.table import Table
 
     t = Table(title=f"{result.policy}: per step", title_justify="left")
-    for col in ("step", "rollout s", "LB s", "ratio", "train s", "sync/switch s", "step s", "gen tok/s",
+    for col in ("step", "rollout s", "LB s", "ratio", "train s", "sync/switch s", "re-plan s", "step s", "gen tok/s",
                 "idle GPU-s roll", "idle GPU-s train", "preempt", "migr", "lent", "fault req", "reward"):
         t.add_column(col, justify="right")
     for s in result.steps:
         t.add_row(
             str(s.step), _fmt(s.rollout_makespan_s), _fmt(s.lower_bound_s), _fmt(s.makespan_over_bound, 2), _fmt(s.train_s),
-            _fmt(s.sync_s + s.switch_s), _fmt(s.step_s), _fmt(s.gen_tok_s, 0), _fmt(s.idle_gpu_s_rollout, 0),
+            _fmt(s.sync_s + s.switch_s), _fmt(s.transition_s), _fmt(s.step_s), _fmt(s.gen_tok_s, 0), _fmt(s.idle_gpu_s_rollout, 0),
             _fmt(s.idle_gpu_s_train, 0), str(s.preemptions), str(s.migrations), str(s.role_changes), str(s.fault_requeued),
             _fmt(s.mean_reward, 3),
         )
@@ -124,6 +124,7 @@ def write_plots(out: str, results: Sequence[RunResult]) -> list[str]:
         ("rollout", lambda s: s.rollout_makespan_s),
         ("train", lambda s: s.train_s),
         ("sync / switch", lambda s: s.sync_s + s.switch_s),
+        ("re-plan transition", lambda s: s.transition_s),
     ]
     means = {label: [sum(fn(s) for s in r.steps) / max(len(r.steps), 1) for r in results] for label, fn in parts}
     div, unit = time_unit([sum(v[i] for v in means.values()) for i in range(len(results))] + [r.mean_step_s for r in results])

@@ -324,6 +324,65 @@ def switch_residuals(rows: Sequence[dict[str, str]]) -> list[Residual]:
 
 
 # ---- (c) log-prob passes against the update ---------------------------------------------------------------
+@dataclass(frozen=True)
+class LogprobCase:
+    """A published log-prob pass and the update of the same step: their ratio does not depend on
+    the (unpublished) token count, so it checks ``forward_s`` against ``train_iter_s``."""
+
+    name: str
+    logprob: RowRef
+    update: RowRef
+    gpu: GPUSpec
+    model: ModelSpec
+    tp: int
+    dp: int
+    ep: int
+    zero: int
+    seq_len: int
+    setup: str
+
+
+def _lp(source: str, model: str, lp: float, upd: float, stage: str = "old_logprob") -> tuple[RowRef, RowRef]:
+    return RowRef(source, stage, model, lp), RowRef(source, "actor_update", model, upd)
+
+
+LOGPROB_CASES = [
+    LogprobCase("verl 7B FSDP2 32 H20", *_lp("verl_fully_async", "Qwen2.5-Math-7B", 107.71, 269.8), H20, QWEN25_7B, 1, 32, 1, 3, 8192,
+                "FSDP2 = ZeRO-3 dp32, 8K-token sequences assumed"),
+    LogprobCase("verl 7B FSDP2 64 H20", *_lp("verl_fully_async", "Qwen2.5-Math-7B", 70.26, 133.41), H20, QWEN25_7B, 1, 64, 1, 3, 8192,
+                "ZeRO-3 dp64"),
+    LogprobCase("verl 7B FSDP2 128 H20", *_lp("verl_fully_async", "Qwen2.5-Math-7B", 53.92, 113.81), H20, QWEN25_7B, 1, 128, 1, 3, 8192,
+                "ZeRO-3 dp128"),
+    LogprobCase("verl one-step-off 7B FSDP2 16 H20", *_lp("verl_one_step_off", "Qwen2.5-Math-7B", 88, 286), H20, QWEN25_7B, 1, 16, 1, 3,
+                8192, "ZeRO-3 dp16"),
+    LogprobCase("verl one-step-off 7B Megatron 16 H20", *_lp("verl_one_step_off", "Qwen2.5-Math-7B", 119, 344), H20, QWEN25_7B, 2, 8, 1, 1,
+                8192, "tp2 dp8 ZeRO-1 assumed"),
+    LogprobCase("verl 30B-A3B Megatron 128 H20 (old policy)", *_lp("verl_fully_async", "Qwen3-30B-A3B-Base", 28.73, 86.27), H20, QWEN3_30B,
+                1, 128, 8, 1, 8192, "ep8 dp128 ZeRO-1 assumed"),
+    LogprobCase("verl 30B-A3B Megatron 128 H20 (reference)", *_lp("verl_fully_async", "Qwen3-30B-A3B-Base", 20.86, 86.27, "ref_logprob"),
+                H20, QWEN3_30B, 1, 128, 8, 1, 8192, "same"),
+    LogprobCase("verl PrefixGrouper 4B FSDP 4 H800 (4K)", *_lp("verl_prefix_grouper", "Qwen3-4B", 1.7, 6.07), get_gpu("h100"), QWEN3_4B, 1, 4,
+                1, 3, 4096, "no PrefixGrouper, H800 as H100 (same compute), ZeRO-3 dp4"),
+    LogprobCase("verl PrefixGrouper 4B FSDP 4 H800 (8K)", *_lp("verl_prefix_grouper", "Qwen3-4B", 2.63, 10.18), get_gpu("h100"), QWEN3_4B, 1,
+                4, 1, 3, 8192, "same, 8K context"),
+]
+
+
+def logprob_residuals(rows: Sequence[dict[str, str]]) -> list[Residual]:
+    """Predicted ``forward_s / train_iter_s`` against the published log-prob / update ratio."""
+    from cost_models.training import TrainStrategy, forward_s, train_iter_s
+
+    out = []
+    for c in LOGPROB_CASES:
+        ops = load_operators(c.gpu)
+        s = TrainStrategy(c.tp, 1, c.dp, c.ep, c.zero)
+        tokens = c.seq_len * c.dp * 8  # 8 sequences per rank: the ratio barely depends on it
+        ratio = forward_s(ops, c.gpu, c.model, s, tokens, c.seq_len) / train_iter_s(ops, c.gpu, c.model, s, tokens, c.seq_len)
+        pub = float(pick(rows, c.logprob)["seconds"]) / float(pick(rows, c.update)["seconds"])
+        out.append(Residual("log-prob / update", f"{c.name}: {c.logprob.label} over {c.update.seconds:g} s", "check", c.setup, ratio, pub))
+    return out
+
+
 # ---- (d) per-sample bookkeeping ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepParts:
@@ -454,7 +513,7 @@ def residuals(rows: Sequence[dict[str, str]] | None = None) -> list[Residual]:
     """Every term's per-row residuals with the module's constants."""
     rows = load_rows() if rows is None else rows
     return (wake_residuals(rows) + trainer_residuals(rows) + sync_residuals(rows) + switch_residuals(rows)
-            + sample_residuals(rows))
+            + logprob_residuals(rows) + sample_residuals(rows))
 
 
 def _table(head: Sequence[str], body: Sequence[Sequence[str]]) -> str:
@@ -471,8 +530,8 @@ def report(rows: Sequence[dict[str, str]] | None = None) -> str:
         ["constant", "fitted from the CSV", "in the module"],
         [[k, f"{v:.4g}", f"{getattr(ro, k):.4g}"] for k, v in fit.items()])]
     res = residuals(rows)
-    parts.append("## Residuals (predicted vs published, per row)")
-    parts.append(_table(["term", "row (source / stage / model / value)", "role", "setup", "predicted s", "published s", "error"],
+    parts.append("## Residuals (predicted vs published, per row; seconds, log-prob rows: ratio to the update)")
+    parts.append(_table(["term", "row (source / stage / model / value)", "role", "setup", "predicted", "published", "error"],
                         [[r.term, r.row, r.role, r.setup, f"{r.predicted_s:.3g}", f"{r.published_s:.3g}", f"{r.error:+.0%}"] for r in res]))
     parts.append("## Published colocated steps: given parts + predicted overheads")
     body = []
