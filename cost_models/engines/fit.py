@@ -205,8 +205,9 @@ class Score:
 
     @property
     def objective(self) -> float:
-        """What term selection minimises: both errors count the same."""
-        return self.mape + self.speedup_err
+        """What term selection minimises: both errors count the same (a data set without TP
+        pairs has no speed-up error: MAPE alone)."""
+        return self.mape + (self.speedup_err if np.isfinite(self.speedup_err) else 0.0)
 
 
 def score(rows: Sequence[Measurement], pred: np.ndarray, value: np.ndarray) -> Score:
