@@ -25,6 +25,12 @@ class ClusterSpec:
 
     ``engine``: the inference-engine profile the rollout is timed with (``cost_models.engines``:
     a bundled name such as ``vllm-2024``, or a profile JSON file). None: the cost model's default.
+
+    ``max_response_tokens``, ``max_turns``: the workload's other declared limits (generated
+    tokens per trajectory, turns per trajectory; a trace header's keys), and ``workload``: its
+    declared kind (``swe``, ``search``, ``math``; a trace header's ``workload``). Like
+    ``max_context`` they shape the first step's length prior (``libra.planner.stats.PriorSpec``);
+    None: unknown.
     """
 
     n_gpus: int
@@ -34,6 +40,9 @@ class ClusterSpec:
     max_context: int | None = None
     max_train_gpus: int | None = None
     engine: str | None = None
+    max_response_tokens: int | None = None
+    max_turns: int | None = None
+    workload: str | None = None
 
     def __post_init__(self) -> None:
         if self.max_train_gpus is not None and self.max_train_gpus < 1:

@@ -20,6 +20,7 @@ Every factory is ``(cluster: ClusterSpec, **opts) -> Policy``. Options (all opti
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,9 @@ from libra.scheduling.routers import LeastLoadedRouter, LengthPredictorRouter, O
 from libra.trace.columnar import StepArrays
 
 ROUTERS: tuple[str, ...] = ("least-loaded", "reactive", "cmlfq", "no-migration", "length-predictor", "oracle")
+#: Context caps tried, longest first, for a first step whose length prior fits nothing and whose
+#: workload declares no limit (``LibraPolicy._plan_assuming_cap``).
+ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
 OPTIONS: tuple[str, ...] = ("mode", "max_staleness", "replan", "drift_threshold", "join", "seed", "lp_sigma", "window", "kl", "ev")
 
 
@@ -97,13 +101,39 @@ class LibraPolicy:
         if cluster != self._cluster:
             self._setup(cluster)
         assert self._replanner is not None
-        plan = self._replanner.plan(history, prompt_tokens)
+        try:
+            plan = self._replanner.plan(history, prompt_tokens)
+        except UserError:
+            if history or cluster.max_context is not None:
+                raise  # measured steps or a declared limit: nothing fits what will happen
+            plan = self._plan_assuming_cap(cluster, history, prompt_tokens)
         model = RemainingWorkModel.fit(history, window=max(self.window, 4))
         self._last_model = model
         self._models[id(plan)] = (plan, model)
         while len(self._models) > 8:
             self._models.pop(next(iter(self._models)))
         return plan
+
+    def _plan_assuming_cap(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
+        """The first step when no context limit is declared and nothing fits the length prior's
+        own cap (65,536 tokens, a guess): planned for the longest context that fits, halving from
+        ``ASSUMED_CAPS[0]``, flagged ``notes["assumed_max_context"]``. A wrong guess then costs
+        a re-plan after the first step, not a refusal (Qwen3-32B on 16 A800s was refused at
+        sequence 65,536 while verl-colocated, assuming 32,768, ran it)."""
+        assert self._ev is not None and self._replanner is not None
+        err: UserError | None = None
+        for cap in ASSUMED_CAPS:
+            planner = Planner(dataclasses.replace(cluster, max_context=cap), self._ev, self._options)
+            try:
+                plan = planner.plan(history, prompt_tokens)
+            except UserError as e:
+                err = e
+                continue
+            plan = dataclasses.replace(plan, notes={**plan.notes, "assumed_max_context": cap, "replanned": True})
+            self._replanner.current = plan
+            return plan
+        assert err is not None
+        raise err
 
     def _model_for(self, plan: Plan) -> RemainingWorkModel:
         got = self._models.get(id(plan))

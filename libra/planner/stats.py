@@ -18,14 +18,19 @@ From the last ``window`` completed steps (``history``) and the upcoming step's p
 
 Everything is scaled to the upcoming step's trajectory count (``len(prompt_tokens)``): history
 steps are averaged per trajectory. When there is no history (first step, or ``libra-sim plan``
-without a trace) ``default_prior_step`` supplies a documented length prior.
+without a trace) ``prior_step`` supplies a length prior from what is known before any step has
+run (``PriorSpec``: the declared limits, the workload kind, the step's own prompts), and
+``scenarios`` holds the same prior stretched shorter and longer, so the rollout DP can pick a
+layout that is safe whichever is true (``rollout_dp``: least worst-case regret).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -86,6 +91,9 @@ class WorkloadStats:
     tool_latency_median_s: dict[str, float]
     digest: str
     from_prior: bool = False
+    #: planned from a prior: the same prior stretched shorter and longer (``PRIOR_STRETCH``), each
+    #: digested like this one; the rollout DP chooses what is safe under all of them
+    scenarios: tuple[WorkloadStats, ...] = ()
 
     @property
     def n_cells(self) -> int:
@@ -140,16 +148,30 @@ def compute_stats(
     window: int = DEFAULT_WINDOW,
     edges: np.ndarray | None = None,
     prior_cap: int | None = None,
+    prior: PriorSpec | None = None,
 ) -> WorkloadStats:
     """Digest the last ``window`` steps of ``history`` for an upcoming step with ``prompt_tokens``.
 
-    Empty history falls back to ``default_prior_step`` (flagged ``from_prior``). Per-cell arrays
-    are per-trajectory means times the upcoming trajectory count, so they predict the next step's
-    totals; the upcoming prompts replace the history's prompt prefill. ``prior_cap``: a hard
-    context limit the prior's trajectories are capped at (``ClusterSpec.max_context``).
+    Empty history falls back to ``prior_step`` (flagged ``from_prior``, with its ``scenarios``).
+    Per-cell arrays are per-trajectory means times the upcoming trajectory count, so they predict
+    the next step's totals; the upcoming prompts replace the history's prompt prefill. ``prior``:
+    what is known before any step ran (``PriorSpec.of(cluster)``); ``prior_cap``: a hard context
+    limit (``ClusterSpec.max_context``), used when ``prior`` is not given.
     """
-    from_prior = not history
-    steps = list(history[-window:]) if history else [default_prior_step(len(prompt_tokens) if prompt_tokens is not None else 256, cap=prior_cap)]
+    if not history:
+        spec = prior if prior is not None else PriorSpec(max_context=prior_cap)
+        n = len(prompt_tokens) if prompt_tokens is not None and len(prompt_tokens) else 256
+        prompts = np.asarray(prompt_tokens, np.int64) if prompt_tokens is not None and len(prompt_tokens) else None
+        drawn = [prior_step(n, prompts, spec)] + [prior_step(n, prompts, spec, stretch=f) for f in PRIOR_STRETCH]
+        grid = edges if edges is not None else cell_edges(max(int(d.total_tokens.max()) for d in drawn))
+        nominal = compute_stats(drawn[:1], prompt_tokens, window, grid)
+        scen = tuple(compute_stats([d], prompt_tokens, window, grid) for d in drawn[1:])
+        h = hashlib.sha1(nominal.digest.encode())
+        for sc in scen:
+            h.update(sc.digest.encode())
+        return dataclasses.replace(nominal, from_prior=True, scenarios=scen, digest=h.hexdigest()[:16])
+    from_prior = False
+    steps = list(history[-window:])
     n_next = int(len(prompt_tokens)) if prompt_tokens is not None and len(prompt_tokens) else int(np.mean([s.n for s in steps]))
     finals = np.concatenate([s.total_tokens for s in steps]).astype(np.int64)
     if edges is None:
@@ -274,6 +296,117 @@ PRIOR_MEDIAN_TOKENS = 8192
 PRIOR_SIGMA = 0.8
 PRIOR_CAP_TOKENS = 65536
 PRIOR_PROMPT_TOKENS = 1024
+
+
+#: How wrong a first-step prior may be, as factors on every trajectory's generated and returned
+#: tokens (the declared limits still hold): the rollout DP keeps the layout whose worst-case
+#: slowdown against the best layout of each case is least.
+PRIOR_STRETCH: tuple[float, ...] = (1 / 3, 3.0)
+
+
+@dataclass(frozen=True)
+class PriorSpec:
+    """What is known about a workload before any of its steps has run: its declared limits (a
+    trace header's ``max_context``/``max_response_tokens``/``max_turns``, a run's context cap)
+    and its kind (``swe``, ``search``, ``math``: a trace header's ``workload``) when declared."""
+
+    max_context: int | None = None
+    max_response_tokens: int | None = None
+    max_turns: int | None = None
+    workload: str | None = None
+
+    @classmethod
+    def of(cls, cluster: Any) -> PriorSpec:
+        """The prior a ``ClusterSpec`` declares (fields it lacks count as unknown)."""
+        return cls(getattr(cluster, "max_context", None), getattr(cluster, "max_response_tokens", None),
+                   getattr(cluster, "max_turns", None), getattr(cluster, "workload", None))
+
+
+def _kind_step(n: int, spec: PriorSpec, seed: int) -> StepArrays | None:
+    """A step drawn from the declared workload kind's calibrated defaults (``libra.trace.workload``:
+    published figures, not any trace's own parameters), inside the declared limits; None when
+    the kind is unknown or the limits contradict its defaults."""
+    from libra.errors import UserError
+    from libra.trace.workload import WORKLOADS, generate_steps, make_params
+
+    if spec.workload not in WORKLOADS:
+        return None
+    p = make_params(spec.workload)
+    over: dict[str, Any] = {}
+    if spec.max_context is not None:
+        over["max_context"] = int(spec.max_context)
+        if p.prompt_max >= spec.max_context:
+            over["prompt_max"] = max(2, int(spec.max_context) // 2)
+            over["prompt_min"] = min(p.prompt_min, over["prompt_max"] - 1)
+            over["prompt_median"] = min(p.prompt_median, float(over["prompt_max"]) / 2)
+    if spec.max_turns is not None:
+        over["max_turns"] = int(spec.max_turns)
+    try:
+        return next(iter(generate_steps(p.replace(**over) if over else p, 1, n, 1, seed)))
+    except UserError:
+        return None
+
+
+def _within(step: StepArrays, prompts: np.ndarray | None, spec: PriorSpec, stretch: float) -> StepArrays:
+    """``step`` with the known ``prompts``, its generated and returned tokens scaled by
+    ``stretch``, and every trajectory ended where a declared limit ends it (context cap,
+    generated-token budget, turn limit): the turn that reaches one is cut and becomes the last."""
+    n = step.n
+    pr = np.asarray(prompts, np.int64)[:n] if prompts is not None and len(prompts) >= n else step.prompt_tokens.copy()
+    gen = np.maximum(1, np.round(step.gen_tokens * stretch)).astype(np.int64)
+    tool = np.round(step.tool_tokens * stretch).astype(np.int64)
+    off = step.turn_offsets
+    nt = np.diff(off)
+    traj = np.repeat(np.arange(n), nt)
+    k = np.arange(len(gen)) - np.repeat(off[:-1], nt)  # turn index within its trajectory
+    per = gen + tool
+    cs = np.cumsum(per) - per
+    start = pr[traj] + cs - np.repeat(cs[off[:-1]] if len(cs) else np.zeros(0, np.int64), nt)
+    gcs = np.cumsum(gen) - gen
+    gstart = gcs - np.repeat(gcs[off[:-1]] if len(gcs) else np.zeros(0, np.int64), nt)
+    cap = spec.max_context if spec.max_context is not None else 1 << 62
+    budget = spec.max_response_tokens if spec.max_response_tokens is not None else 1 << 62
+    turns = spec.max_turns if spec.max_turns is not None else 1 << 30
+    keep = ((start < cap - 1) & (gstart < budget) & (k < turns)) | (k == 0)
+    room = np.minimum(cap - 1 - start, budget - gstart)
+    g2 = np.maximum(1, np.minimum(gen, room))
+    t2 = np.minimum(tool, np.maximum(0, cap - 1 - start - g2))
+    cut = (g2 < gen) | (t2 < tool)
+    kept_n = np.bincount(traj[keep], minlength=n)
+    new_off = np.concatenate([[0], np.cumsum(kept_n)]).astype(np.int64)
+    last = np.zeros(len(gen), bool)
+    idx = np.flatnonzero(keep)
+    last_rows = idx[new_off[1:] - 1]
+    ended = np.zeros(n, bool)
+    ended[traj[keep & cut]] = True
+    ended |= kept_n < nt  # turns dropped after a limit
+    last[last_rows[ended]] = True
+    code = step.tool_code.copy()
+    outc = step.outcome_code.copy()
+    code[last] = -1
+    outc[last] = -1
+    t2[last] = 0
+    lat = step.tool_latency_s.copy()
+    lat[last] = np.nan
+    return dataclasses.replace(step, prompt_tokens=pr, turn_offsets=new_off, gen_tokens=g2[keep], tool_tokens=t2[keep],
+                               tool_latency_s=lat[keep], tool_code=code[keep], outcome_code=outc[keep])
+
+
+def prior_step(n: int, prompt_tokens: np.ndarray | None = None, spec: PriorSpec | None = None, seed: int = 0,
+               stretch: float = 1.0) -> StepArrays:
+    """The first step's length prior: what is known, and a documented guess for the rest.
+
+    The shape comes from the declared workload kind's calibrated generator defaults when
+    ``spec.workload`` names one, else from the SWE-agent-like ``default_prior_step`` (scaled
+    into a declared context cap); the step's own prompts replace the drawn ones; ``stretch``
+    scales every generated and returned token (a prior that is wrong by that factor); the
+    declared limits (``max_context``, ``max_response_tokens``, ``max_turns``) then end the
+    trajectories that reach them, as the workload itself would."""
+    spec = spec or PriorSpec()
+    step = _kind_step(n, spec, seed)
+    if step is None:
+        step = default_prior_step(n, seed, cap=spec.max_context)
+    return _within(step, prompt_tokens, spec, stretch)
 
 
 def default_prior_step(n: int = 256, seed: int = 0, cap: int | None = None) -> StepArrays:

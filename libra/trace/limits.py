@@ -73,4 +73,13 @@ def cluster_limits(header: Any, max_context: int | None = None, where: str = "tr
     kwargs: dict[str, Any] = {}
     if lim.max_context is not None:
         kwargs["max_context"] = lim.max_context
-    return kwargs, lim.describe()
+    # the other declared limits and the workload kind shape the first step's length prior
+    # (libra.planner.stats.PriorSpec); the kind is the header's hint, when it names a known one
+    if lim.max_response_tokens is not None:
+        kwargs["max_response_tokens"] = lim.max_response_tokens
+    if lim.max_turns is not None:
+        kwargs["max_turns"] = lim.max_turns
+    kind = getattr(header, "workload", None)
+    if isinstance(kind, str) and kind:
+        kwargs["workload"] = kind
+    return kwargs, lim.describe() + (f"; workload {kind}" if "workload" in kwargs else "")

@@ -1,0 +1,76 @@
+"""The first step's length prior uses what is known and plans what is safe (issue 11, cause 2).
+
+Before: step 0 was planned from one SWE-shaped prior (8K-token median, 65,536 cap) whatever the
+workload: a Search-R1 step was predicted at ~25x its rollout, and with no declared limit a
+Qwen3-32B run on 16 A800s was refused ("training does not fit ... seq 65536").
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.planner.costs import make_evaluator
+from libra.planner.search import Planner
+from libra.planner.stats import PRIOR_STRETCH, PriorSpec, compute_stats, prior_step
+from libra.policies import POLICIES
+from libra.trace.limits import cluster_limits
+from libra.trace.reader import TraceReader
+
+TRACES = os.path.join(os.path.dirname(__file__), "..", "traces")
+
+
+def test_prior_takes_the_declared_kind_limits_and_prompts() -> None:
+    prompts = np.full(2048, 180, np.int64)
+    math = compute_stats([], prompts, prior=PriorSpec(max_context=4096, max_turns=8, workload="math"))
+    assert math.from_prior and len(math.scenarios) == len(PRIOR_STRETCH)
+    assert math.tail_context <= 4096 and all(s.tail_context <= 4096 for s in math.scenarios)
+    assert math.prefill_tokens[0] >= 180 * 2048  # the step's own prompts are prefilled
+    generic = compute_stats([], prompts, prior=PriorSpec())
+    assert generic.tail_context > 32768  # nothing declared: the documented SWE-like prior
+    assert np.median(math.final_context) < np.median(generic.final_context) / 2
+    # every declared limit ends the trajectories that reach it
+    s = prior_step(2048, prompts, PriorSpec(max_context=4096, max_response_tokens=900, max_turns=3), stretch=3.0)
+    assert int(s.total_tokens.max()) <= 4096 and int(s.total_gen_tokens.max()) <= 900 and int(s.n_turns.max()) <= 3
+    assert np.array_equal(s.prompt_tokens, prompts)
+    assert (s.tool_code[s.turn_offsets[1:] - 1] < 0).all() or s.n_turns.max() == 3  # a cut turn is the last
+
+
+def test_search_step_zero_is_predicted_at_its_own_scale() -> None:
+    path = os.path.join(TRACES, "search-r1.jsonl.gz")
+    reader = TraceReader(path)
+    step0 = next(iter(reader.steps()))
+    limits, _ = cluster_limits(reader.header, None, path)
+    assert limits.get("workload") == "search"
+    cl = ClusterSpec(48, "a800", "qwen3-8b", **limits)
+    ev = make_evaluator(cl)
+    prior = Planner(cl, ev).plan([], step0.prompt_tokens)
+    known = Planner(cl, ev).plan([step0], step0.prompt_tokens)  # planned as if step 0 had been seen
+    assert prior.notes["from_prior"] and not known.notes["from_prior"]
+    ratio = prior.predicted_rollout_s / known.predicted_rollout_s
+    assert 0.5 <= ratio <= 2.0, (prior.predicted_rollout_s, known.predicted_rollout_s)  # before: ~25x
+
+
+def test_no_declared_limit_never_refuses_the_first_step() -> None:
+    cl = ClusterSpec(16, "a800", "qwen3-32b")
+    prompts = np.full(256, 1900, np.int64)
+    with pytest.raises(UserError):  # the planner alone, at the prior's own 65,536 cap
+        Planner(cl, make_evaluator(cl)).plan([], prompts)
+    plan = POLICIES["libra"](cl).plan(cl, [], prompts)
+    assert plan.notes["from_prior"] and plan.notes["assumed_max_context"] == 32768
+
+
+def test_a_plan_from_the_prior_has_one_bucket_and_the_least_worst_case_tp() -> None:
+    cl = ClusterSpec(48, "a800", "qwen3-14b", max_context=4096, workload="math")
+    planner = Planner(cl, make_evaluator(cl))
+    stats = compute_stats([], np.full(4096, 180, np.int64), prior=PriorSpec.of(cl))
+    dp = planner.rollout_dp(stats)
+    for G in (8, 24, 48):
+        choice = dp.best(G)
+        assert choice is not None and len(choice.buckets) == 1
+        regret = dp._regrets(G)
+        assert regret[choice.layout] == pytest.approx(min(regret.values()))
