@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from libra.planner.costs import nvlink_domain
 from libra.planner.plan import Plan
 from libra.pool.base import InstanceState, PoolObservation, PoolPolicy, RoleChange
 from libra.scheduling.base import InstanceLoad, RolloutScheduler, TrajectoryObservation
@@ -108,6 +109,8 @@ class RolloutStage:
         self.pool = pool
         self.costs = costs
         self.noise = noise
+        # KV migrates over NVLink between instances of one NVLink domain (a node; a GB200 rack)
+        self._domain = nvlink_domain(getattr(costs.ev, "gpu", None), gpus_per_node)
         self.kv_keep = kv_mode == "keep"
         self.record_gantt = record_gantt
         self._on_role_change = on_role_change
@@ -293,7 +296,8 @@ class RolloutStage:
             elif dst.try_pin(i, ctx):
                 inst.hold(i, ctx)  # the source copy stays until the transfer ends
                 self._home[i] = dst.id
-                mig = self.costs.kv_migration_s(ctx, inst.tp, dst.tp, inst.node == dst.node) * self.noise.factor()
+                same = inst.gpus[0] // self._domain == dst.gpus[0] // self._domain
+                mig = self.costs.kv_migration_s(ctx, inst.tp, dst.tp, same) * self.noise.factor()
                 self.stats.migrations += 1
                 self.stats.migration_wait_s += max(0.0, mig - lat)
                 ready = max(ready, now + mig)
