@@ -128,3 +128,24 @@ def test_time_unit_fits_the_span() -> None:
     assert time_unit([600]) == (60.0, "min")
     assert time_unit([9 * 3600, float("nan")]) == (3600.0, "h")
     assert format_duration(3723) == "1:02:03" and format_duration(42) == "0:42"
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["replay", SWE, "--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+    (["replay", SWE, "--kl", "inf"], "--kl must be a finite number >= 0"),
+    (["replay", SWE, "--noise", "5"], "--noise must be a number in [0, 1]"),
+    (["replay", SWE, "--gpus", "100000"], "--gpus must be an integer in [1, 32,768]"),
+    (["replay", SWE, "--gantt-step", "99", "--steps", "0:1"], "--gantt-step 99: not a replayed step"),
+    (["plan", "--gpus", "100000"], "--gpus must be an integer in [2, 32,768]"),
+    (["plan", "--gpus", "16", "--gpus-per-node", "0"], "--gpus-per-node must be an integer >= 1"),
+    (["plan", "--gpus", "16", "--max-context", "0"], "--max-context must be >= 1"),
+])
+def test_numeric_flags_out_of_range_are_one_line(capsys, monkeypatch, argv: list[str], needle: str) -> None:
+    """A negative --seed was a numpy traceback; --gpus 100000 searched for minutes."""
+    if "--gantt-step" not in argv:
+        _no_simulation(monkeypatch)
+    t0 = time.perf_counter()
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+    assert time.perf_counter() - t0 < 30

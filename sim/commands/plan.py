@@ -95,8 +95,13 @@ def run(args: argparse.Namespace) -> int:
     from libra.errors import UserError
     from libra.planner.search import Planner, SearchOptions
 
-    if args.gpus < 2:
-        raise UserError(f"--gpus must be >= 2 (rollout and training each need a GPU), got {args.gpus}")
+    from sim.commands.replay import MAX_GPUS
+
+    if not 2 <= args.gpus <= MAX_GPUS:
+        raise UserError(f"--gpus must be an integer in [2, {MAX_GPUS:,}] (rollout and training each need a GPU; the search takes "
+                        f"13 s at {MAX_GPUS:,}, minutes beyond), got {args.gpus:,}")
+    if args.gpus_per_node is not None and args.gpus_per_node < 1:
+        raise UserError(f"--gpus-per-node must be an integer >= 1, got {args.gpus_per_node}")
     from libra.trace.limits import cluster_limits
 
     if args.max_context is not None and args.max_context < 1:

@@ -9,6 +9,9 @@ from typing import Any
 
 from libra.errors import UserError
 
+#: The largest cluster replay and plan accept (planner search time grows faster than linearly).
+MAX_GPUS = 32768
+
 NAME = "replay"
 HELP = "replay a trace on a simulated GPU cluster under a resource policy (or --compare all)"
 
@@ -201,10 +204,17 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.json, "--json")
     if args.staleness is not None and args.staleness < 0:
         raise UserError("--staleness must be >= 0")
-    if not (args.noise >= 0):
-        raise UserError("--noise must be >= 0")
-    if args.kl < 0:
-        raise UserError("--kl must be >= 0")
+    import math
+
+    if not (0 <= args.noise <= 1):
+        raise UserError(f"--noise must be a number in [0, 1] (sigma of the lognormal ground-truth noise), got {args.noise}")
+    if not (math.isfinite(args.kl) and args.kl >= 0):
+        raise UserError(f"--kl must be a finite number >= 0, got {args.kl}")
+    if args.seed < 0:
+        raise UserError(f"--seed must be an integer >= 0, got {args.seed}")
+    if args.gpus > MAX_GPUS:
+        raise UserError(f"--gpus must be an integer in [1, {MAX_GPUS:,}] (the planner searches every split: 13 s at "
+                        f"{MAX_GPUS:,} on one core, minutes beyond), got {args.gpus:,}")
     steps, header = load_steps(args.trace, args.steps, args.lenient)
     meta = getattr(header, "metadata", {}) or {}
     gpu = args.gpu or meta.get("gpu") or "a800"
