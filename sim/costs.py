@@ -26,13 +26,6 @@ from libra.planner.plan import RolloutInstance, TrainConfig
 from libra.planner.step_costs import StepCosts
 
 
-def to_strategy(cfg: TrainConfig) -> Any:
-    """A TrainConfig as the evaluator's TrainStrategy (import deferred: see the module doc)."""
-    from libra.planner.costs import to_strategy as _to
-
-    return _to(cfg)
-
-
 def _q(x: float) -> int:
     """``x`` rounded to 1/8 of an octave (exact below 16): the memo key of a cost call."""
     if x < 16:

@@ -23,19 +23,26 @@ split or leaf is provably no better than the incumbent. For each visited ``n_tra
 * the rollout DP on the remaining ``n_rollout = N - n_train`` GPUs (``RolloutDP``, memoized per
   ``(stats digest, n_rollout)``: one DP object per digest, reused across outer iterations and
   across steps whose statistics did not change), predicting ``rollout_s``;
-* weight sync ``sync_s`` from the training to the rollout instances;
+* weight sync ``sync_s`` from the training to the rollout instances (NVLink when the training
+  GPUs, placed as the simulator places them, and every instance share one NVLink domain);
 * step time ``rollout_s + train_s + sync_s`` (synchronous) or ``max(rollout_s, train_s) + sync_s``
-  (asynchronous: step k's rollout overlaps step k-1's training, staleness ``max_staleness``).
+  (asynchronous: step k's rollout overlaps step k-1's training, staleness ``max_staleness``),
+  ``train_s`` including the per-sample bookkeeping between the stages.
+
+Every non-rollout term comes from ``StepCosts`` (``libra.planner.step_costs``), the price list
+the simulator charges with, so a replay with noise off charges exactly these predictions.
 
 In synchronous mode the search also prices the time-shared plan (``colocated``: rollout on every
 GPU, then training on every GPU, two role switches per GPU per step, verl's hybrid engine) and
 returns it when it predicts the shortest step: a split only pays when its stages overlap or the
-switches cost more than the idle side of the split.
+switches (engine sleep/wake, trainer offload/onload, the CUDA-IPC weight hand-over) cost more
+than the idle side of the split.
 
 When replanning with a current plan in force, a candidate that differs from it (another split,
-training strategy or instance layout) is charged the transition ``role_change_s`` for the GPUs
-whose role or shard changes (async mode: GPUs moving from training to rollout also wait for
-the previous step's training, the in-force plan's predicted training time), amortized over
+training strategy or instance layout) is charged the transition (``StepCosts.transition``, which
+the simulator charges too) for the GPUs whose role or shard changes (async mode: GPUs moving
+from training to rollout also wait for the previous step's training, the in-force plan's
+predicted training time), amortized over
 ``amortize_steps`` (4) steps: the planner switches
 only when the predicted gain over that many steps pays for the move (charging it to one step
 kept a plan made from the first step's length prior for the whole Search-R1 run, 2.7 s per step
