@@ -35,6 +35,11 @@ from libra.planner.packing import instance_gpus
 from libra.planner.plan import Plan, RolloutInstance, TrainConfig
 
 
+#: Training-stage timings kept per ``StepCosts`` (the planner's rounded shapes repeat; the
+#: simulator asks once per step and strategy).
+STAGE_MEMO_MAX = 4096
+
+
 @dataclass(frozen=True)
 class Transition:
     """What moving from the plan in force to a new one costs.
@@ -95,6 +100,8 @@ class StepCosts:
         key = (cfg, tokens, seq_len)
         v = self._stage.get(key)
         if v is None:
+            if len(self._stage) >= STAGE_MEMO_MAX:  # a long replay asks once per step: keep the memo bounded
+                self._stage.clear()
             s = self.strategy(cfg)
             v = self._stage[key] = (float(self.ev.forward_s(s, tokens, seq_len)), float(self.ev.train_iter_s(s, tokens, seq_len)))
         return v
