@@ -276,11 +276,40 @@ def _check(cfg: RunConfig, src: str | dict[str, str]) -> RunConfig:
             raise bad("faults", f"item {i} must be {{kill: rollout|trainer, step: INT, at_s: SECONDS, instance: INT}}, got {f!r}")
     if not cfg.out or not isinstance(cfg.out, str):
         raise bad("out", "must name an output folder")
+    if cfg.max_new_tokens >= cfg.max_context:
+        raise bad("max_new_tokens", f"must be < max_context ({cfg.max_context}): a turn cannot generate more than the whole context "
+                                    f"holds, got {cfg.max_new_tokens}")
+    _check_names(cfg, bad)
     try:
         cfg.split_pair()
     except UserError as exc:
         raise bad("split", str(exc).removeprefix(f"split {cfg.split!r}: ") + f", got {cfg.split!r}") from None
     return cfg
+
+
+def _check_names(cfg: RunConfig, bad: Any) -> None:
+    """Names and files the run would otherwise only trip over after the held-out evaluation and
+    Ray's start: the policy, the cost-model GPU, the calibration file."""
+    from libra.policies import POLICIES
+
+    known = list(POLICIES)
+    try:
+        from sim.policies import policy_names
+
+        known = list(dict.fromkeys([*policy_names(), *known]))
+    except ImportError:  # the simulator's baselines are not installed: Libra's own policies only
+        pass
+    if cfg.policy not in known:
+        raise bad("policy", f"unknown policy {cfg.policy!r}; known: {', '.join(known)}")
+    from cost_models.hardware import GPUS
+
+    if cfg.gpu is not None and str(cfg.gpu).lower() not in GPUS:
+        raise bad("gpu", f"unknown cost-model GPU {cfg.gpu!r}; known: {', '.join(sorted(GPUS))}")
+    if cfg.calibration is not None:
+        path = os.path.expanduser(str(cfg.calibration))
+        if not os.path.isfile(path):
+            why = "is a folder (give the JSON file `libra-calibrate fit -o FILE` wrote)" if os.path.isdir(path) else "file not found"
+            raise bad("calibration", f"{cfg.calibration}: {why}")
 
 
 def config_warnings(cfg: RunConfig) -> list[str]:

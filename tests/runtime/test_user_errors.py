@@ -52,11 +52,15 @@ def test_a_json_file_that_cannot_be_written_is_refused_up_front(tmp_path, capsys
     (["--tasks", '{"maths": 1}'], "--tasks: unknown kind(s) maths"),
     (["--tasks", '{"math": -1}'], "--tasks: weights must be numbers >= 0"),
     (["--split", "3:3"], "--split: both sides >= 1"),
+    (["--max-new-tokens", "600"], "--max-new-tokens: must be < max_context (512)"),
+    (["--policy", "nope"], "--policy: unknown policy 'nope'; known: "),
+    (["--gpu", "h900"], "--gpu: unknown cost-model GPU 'h900'"),
+    (["--calibration", "/nope/calib.json"], "--calibration: /nope/calib.json: file not found"),
 ])
 def test_every_numeric_flag_is_range_checked_with_key_value_and_range(tmp_path, capsys, argv: list[str], needle: str) -> None:
     rc, err = _main([*argv, "--out", str(tmp_path / "run")], capsys)
     assert rc == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-    assert needle in err and ("got" in err or "known" in err), err
+    assert needle in err and ("got" in err or "known" in err or "not found" in err), err
     assert "(defaults)" not in err  # typed on the command line: labelled by its flag
 
 
@@ -151,3 +155,20 @@ def test_a_step_planned_from_the_prior_says_so() -> None:
     assert plan_from_prior(plan, 0) and not plan_from_prior(plan, 1)  # a baseline's plan carries no note
     assert "a guess from the length prior" in describe_plan(plan, 0)
     assert "from measured steps" in describe_plan(plan, 2)
+
+
+def test_missing_backends_are_refused_before_ray(tmp_path) -> None:
+    """vLLM missing surfaced ~30 s in from an actor; --device cuda without GPUs as a Ray traceback."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import torch
+
+    from libra.runtime.engines import vllm_available
+    from libra.runtime.loop import Runner
+
+    if not vllm_available():
+        with pytest.raises(UserError, match="engine vllm: vLLM is not installed here"):
+            Runner(load_config(None, {"engine": "vllm", "out": str(tmp_path / "a")}))
+    if torch.cuda.device_count() < 4:
+        with pytest.raises(UserError, match="device cuda: "):
+            Runner(load_config(None, {"device": "cuda", "devices": 4, "out": str(tmp_path / "b")}))
