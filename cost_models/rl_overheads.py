@@ -75,7 +75,7 @@ def weight_tensors(model: ModelSpec) -> int:
     Per layer: q, k, v, o (+ q/k/v biases when the attention has them, + q/k norms for Qwen3),
     two RMSNorms, and either the dense MLP's gate/up/down or, for a MoE layer, the router plus
     gate/up/down of every expert (+ a shared expert's three and its gate). Plus the embedding,
-    the final norm and an untied LM head. Qwen3-8B: 399; Qwen3-30B-A3B: 18,914.
+    the final norm and an untied LM head. Qwen3-8B: 399; Qwen3-30B-A3B: 18,867.
     """
     per_layer = 4 + 2
     if model.attn_bias:
