@@ -1,8 +1,13 @@
 """The rollout DP: which TP degrees, how many instances of each, and which context range each serves.
 
 A *layout* (``BucketLayout``) is one or two buckets ordered by context range, each with one TP
-degree (non-decreasing: longer contexts get equal or more GPUs per instance) and an interior
-bound taken from ``WorkloadStats.boundary_candidates`` (quantiles of recent final lengths).
+degree (increasing: longer contexts get more GPUs per instance; two buckets of one TP run as one
+under work-conserving routing, see ``layouts``) and an interior bound taken from
+``WorkloadStats.boundary_candidates`` (quantiles of recent final lengths). The load model follows
+the router the plan runs with: the short bucket's work spills onto the long bucket's instances
+when it is the bottleneck (``spill_load``), and a two-bucket layout is chosen only when it beats
+the best one-bucket layout by ``HETERO_MARGIN``. A plan from a length prior (no history) has one
+bucket and the TP of least worst-case slowdown over the prior's scenarios (``_regrets``).
 
 Model of a bucket ``b`` of TP ``t`` with ``m`` instances (``WorkloadStats`` gives, for the
 bucket's context range, the decode tokens ``T``, their KV-context sum ``S``, the prefill tokens
@@ -49,6 +54,10 @@ from libra.planner.plan import Bucket, RolloutInstance
 from libra.planner.stats import WorkloadStats
 
 DEFAULT_MAX_BUCKETS = 2
+#: A two-bucket layout is chosen only when its predicted makespan beats the best one-bucket
+#: layout's by more than this: the load model's error against replay is 15-20%, and two buckets
+#: add migrations and a split of the batch the model does not charge.
+HETERO_MARGIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -139,15 +148,29 @@ class RolloutDP:
         if stats.scenarios:
             self.max_buckets = 1
             self._scenarios = [RolloutDP(sc, table, gpus_per_node, max_gpus, tps, 1, nvlink_domain) for sc in stats.scenarios]
+        # planned from a length prior: one bucket (bounds from a prior's quantiles are guesses),
+        # and the TP whose worst slowdown over the prior's scenarios is least (``best``)
+        self._scenarios: list[RolloutDP] = []
+        if stats.scenarios:
+            self.max_buckets = 1
+            self._scenarios = [RolloutDP(sc, table, gpus_per_node, max_gpus, tps, 1, nvlink_domain) for sc in stats.scenarios]
 
     # ---- the model -------------------------------------------------------------------------
     def layouts(self) -> list[BucketLayout]:
-        """Every layout considered: 1..max_buckets buckets, non-decreasing TP, candidate bounds."""
+        """Every layout considered: 1..max_buckets buckets, increasing TP, candidate bounds.
+
+        Two buckets of the same TP are not considered: under work-conserving routing the short
+        bucket's work spills onto the long one's instances, so they run as one bucket of that TP
+        plus KV migrations at every floor move. (The DP charged the tail only its own bucket's
+        batch and chose TP8 below 1K + TP8 above; replayed, it was 4.5% slower than one bucket
+        and made hundreds of migrations.)"""
         cands = self.stats.boundary_candidates()
         out = []
         for k in range(1, self.max_buckets + 1):
             for bounds in itertools.combinations(cands, k - 1):
                 for tps in itertools.combinations_with_replacement(self.tps, k):
+                    if k == 2 and tps[0] == tps[1]:
+                        continue  # one TP in two buckets runs as one pool plus useless floor moves (``layouts``)
                     out.append(BucketLayout(tuple(tps), tuple(bounds)))
         return out
 
@@ -197,9 +220,26 @@ class RolloutDP:
 
     def objective(self, c: _Curves, counts: Sequence[int]) -> tuple[float, float, float]:
         """``(makespan, max load, tail critical path)`` of counts under the curves ``c``."""
-        load = max(float(c.load[b][m - 1]) for b, m in enumerate(counts))
+        if len(counts) == 2:
+            load = float(self.spill_load(c, np.asarray([counts[0]]), np.asarray([counts[1]]))[0])
+        else:
+            load = max(float(c.load[b][m - 1]) for b, m in enumerate(counts))
         crit = float(np.max(self.stats.tail_tool_s + sum(c.tail[b][:, m - 1] for b, m in enumerate(counts))))
         return max(load, crit), load, crit
+
+    def spill_load(self, c: _Curves, m1: np.ndarray, m2: np.ndarray) -> np.ndarray:
+        """The busier bucket's time under work-conserving routing (``libra.scheduling.base``):
+        work routed to the short bucket spills onto the long bucket's instances when the short
+        one is the bottleneck (never the other way: a bucket's bound is an upper limit), so the
+        two then finish together at their pooled GPU-seconds over their GPUs (per-GPU speed of
+        the two TPs taken as equal): ``max(load_2, min(load_1, pooled))``. Charging each bucket
+        only its own range's work (as before) predicted gains that replay, which spills, did
+        not show."""
+        t1, t2 = c.layout.tps
+        l1, l2 = c.load[0][m1 - 1], c.load[1][m2 - 1]
+        g1, g2 = m1 * t1, m2 * t2
+        pooled = (l1 * g1 + l2 * g2) / (g1 + g2)
+        return np.maximum(l2, np.minimum(l1, pooled))
 
     def evaluate(self, layout: BucketLayout, counts: Sequence[int]) -> tuple[float, float, float]:
         """``(makespan, max load, tail critical path)`` of a layout with given counts."""
@@ -238,7 +278,7 @@ class RolloutDP:
             return None
         m1, m2 = m1[ok], m2[ok]
         crit = np.max(tool[:, None] + c.tail[0][:, m1 - 1] + c.tail[1][:, m2 - 1], axis=0)
-        obj = np.maximum(np.maximum(c.load[0][m1 - 1], c.load[1][m2 - 1]), crit)
+        obj = np.maximum(self.spill_load(c, m1, m2), crit)
         i = int(np.argmin(obj))
         return float(obj[i]), (int(m1[i]), int(m2[i]))
 
@@ -263,18 +303,44 @@ class RolloutDP:
             self.hits += 1
             return self._memo[G]
         self.misses += 1
-        best: tuple[float, _Curves, tuple[int, ...]] | None = None
+        best: tuple[float, _Curves, tuple[int, ...], tuple[float, float]] | None = None
         regret = self._regrets(G) if self._scenarios else {}
         for c in self._all_curves():
             r = self._best_counts(c, G)
             if r is None:
                 continue
-            key = (regret.get(c.layout, 1.0), r[0])
-            if best is None or key < (regret.get(best[1].layout, 1.0), best[0] - 1e-12):
-                best = (r[0], c, r[1])
+            ms = r[0] * (1.0 + HETERO_MARGIN) if len(c.layout.tps) > 1 else r[0]  # a split must win clearly
+            key = (regret.get(c.layout, 1.0), ms)
+            if best is None or key < best[3]:
+                best = (r[0], c, r[1], key)
         choice = None if best is None else self._materialize(best[1], best[2], G)
         self._memo[G] = choice
         return choice
+
+    def _regrets(self, G: int) -> dict[BucketLayout, float]:
+        """Per layout, its worst slowdown on ``G`` GPUs against the best layout of each case:
+        the nominal prior and each of its scenarios (a case where no layout fits is skipped, a
+        layout that does not fit a case counts as infinitely slow there). The layout chosen from
+        a prior is the one with the least: a prior wrong by ``PRIOR_STRETCH`` costs the least it
+        can. (The nominal prior alone picked TP8 for a math step where TP4 was 1.24x faster.)"""
+        cases = [self] + self._scenarios
+        times: list[dict[BucketLayout, float]] = []
+        for dp in cases:
+            t: dict[BucketLayout, float] = {}
+            for c in dp._all_curves():
+                r = dp._best_counts(c, G)
+                if r is not None:
+                    t[c.layout] = r[0]
+            if t:
+                times.append(t)
+        out: dict[BucketLayout, float] = {}
+        for c in self._all_curves():
+            worst = 1.0
+            for t in times:
+                top = min(t.values())
+                worst = max(worst, t.get(c.layout, float("inf")) / max(top, 1e-12))
+            out[c.layout] = worst
+        return out
 
     def _regrets(self, G: int) -> dict[BucketLayout, float]:
         """Per layout, its worst slowdown on ``G`` GPUs against the best layout of each case:
