@@ -192,3 +192,43 @@ def test_an_address_where_no_ray_head_listens_is_refused_at_once() -> None:
     with pytest.raises(UserError, match="expected HOST:PORT"):
         check_ray_address("nonsense")
     check_ray_address("auto")
+
+
+def _rows(n: int = 4) -> list[dict]:
+    rows = []
+    for s in range(n):
+        rows.append({"step": s, "reward_mean": 0.3 + 0.05 * s, "reward_math": 0.1, "reward_math2": float("nan"), "reward_search": 0.6,
+                     "plan_s": 0.01, "setup_s": 20.0 if s == 0 else 0.0, "rollout_s": 0.5, "train_s": 0.3, "train_overlap_s": 0.2,
+                     "sync_s": 0.05, "checkpoint_s": 0.02, "step_s": 0.7 + (20.0 if s == 0 else 0.0)})
+    return rows
+
+
+def test_run_plots_draw_overlap_as_overlap_setup_apart_and_heldout_marks(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.figure
+
+    from libra.runtime.recording import plot_fidelity, plot_steps
+
+    figs: dict[str, object] = {}
+    real = matplotlib.figure.Figure.savefig
+
+    def keep(fig, path, *a, **k):
+        figs[os.path.basename(str(path))] = fig
+        return real(fig, path, *a, **k)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    held = {"before": {"reward": 0.41, "n": 96}, "after": {"reward": 0.47, "n": 96}}
+    plot_steps(str(tmp_path), _rows(), held)
+    setup_ax, ax = figs["stages.png"].axes[:2]
+    assert "set-up" in setup_ax.get_title() and [p.get_height() for p in setup_ax.patches] == [20.0]  # step 0's set-up apart
+    # the timeline: rollout [0.01, 0.51], train starts 0.2 s before the rollout ends (overlap), beside it
+    bars = {(round(p.get_x() + p.get_width() / 2, 2), round(p.get_y(), 3), round(p.get_height(), 3)) for p in ax.patches}
+    assert (-0.2, 0.01, 0.5) in bars and (0.2, 0.31, 0.3) in bars
+    assert max(p.get_y() + p.get_height() for p in ax.patches) < 1.0  # no 20 s set-up in the timeline
+    labels = [t.get_text() for t in figs["reward.png"].axes[0].get_legend().get_texts()]
+    assert any(t.startswith("held-out before 0.410") for t in labels) and any(t.startswith("held-out after 0.470") for t in labels)
+    fid = [{"step": s, "measured_step_s": 0.7, "sim_step_s": 0.5, "measured_rollout_s": 0.5, "sim_rollout_s": 0.4,
+            "measured_train_s": 0.3, "sim_train_s": 0.6} for s in range(3)]
+    plot_fidelity(str(tmp_path), fid)
+    assert "SIMULATED" in figs["fidelity.png"]._suptitle.get_text() and "step 0.71x" in figs["fidelity.png"]._suptitle.get_text()
+    assert (tmp_path / "fidelity.png").stat().st_size > 0
