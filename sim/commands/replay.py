@@ -115,7 +115,8 @@ def _model_name(arg: str | None, hint: str | None) -> str:
         except (CostModelError, OSError, ValueError):
             continue
     src = "--model" if arg else "the trace header's model hint"
-    raise UserError(f"{src} {name!r} is not a catalog model or config.json; known: {', '.join(sorted(MODELS))}")
+    how = "" if arg else " (a libra-run trace names its model folder: pass --model FOLDER/config.json)"
+    raise UserError(f"{src} {name!r} is not a catalog model or config.json{how}; known: {', '.join(sorted(MODELS))}")
 
 
 class _Progress:
