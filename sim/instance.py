@@ -84,6 +84,7 @@ class Instance:
         on_idle: Callable[[Instance], None],
         on_room: Callable[[Instance], bool] | None = None,
         on_start: Callable[[Instance], None] | None = None,
+        waiting: list[int] | None = None,
     ) -> None:
         self.env = env
         self.id = iid
@@ -108,6 +109,9 @@ class Instance:
         self._S = 0  # sum(ctx_at_join - join_it) over running
         self.queue: deque[QueueEntry] = deque()
         self.queued_tokens = 0  # sum of the queued entries' contexts
+        # queued entries over all instances sharing this counter (a step's stage): lets the stage
+        # skip asking for queued work in O(1) when no queue exists anywhere
+        self._waiting = waiting if waiting is not None else [0]
         self.held: OrderedDict[int, int] = OrderedDict()  # traj -> cached KV tokens (LRU first)
         self.pinned: dict[int, int] = {}  # traj -> KV reserved for an incoming migration
         self.H = 0  # held + pinned tokens
@@ -170,6 +174,7 @@ class Instance:
         else:
             self.queue.append(entry)
         self.queued_tokens += entry.context
+        self._waiting[0] += 1
         if not self.started:
             return
         if self.busy:
@@ -195,6 +200,7 @@ class Instance:
         out = sorted(fits, key=lambda e: e.traj in self.held)[:count]
         taken = {id(e) for e in out}
         self.queue = deque(e for e in self.queue if id(e) not in taken)
+        self._waiting[0] -= len(out)
         for e in out:
             self.queued_tokens -= e.context
             tokens = self.held.pop(e.traj, 0)
@@ -284,6 +290,7 @@ class Instance:
                     break
             q.popleft()
             self.queued_tokens -= e.context
+            self._waiting[0] -= 1
             if e.traj in self.held:
                 self.H -= self.held.pop(e.traj)
             new = e.context - cached
@@ -330,6 +337,7 @@ class Instance:
         self.preemptions += 1
         self.queue.appendleft(QueueEntry(traj, ctx, end - self.it, self.env.now))
         self.queued_tokens += ctx
+        self._waiting[0] += 1
 
     def _start_interval(self) -> None:
         now = self.env.now
@@ -492,6 +500,7 @@ class Instance:
         self.running.clear()
         self._heap.clear()
         self._S = 0
+        self._waiting[0] -= len(self.queue)
         self.queue.clear()
         self.queued_tokens = 0
         self.held.clear()

@@ -154,10 +154,14 @@ class RolloutStage:
         self.instances: dict[int, Instance] = {}
         self._by_bucket: dict[int, list[Instance]] = {}
         self._retired: list[Instance] = []
+        # work conservation (``_pull``): routers that never move queued work say so
+        # (``work_conserving = False``), and the simulator then skips asking
+        self._wc = callable(getattr(scheduler, "next_for", None)) and getattr(scheduler, "work_conserving", True)
+        self._waiting = [0]  # queued entries over the step's instances (``Instance``)
         for ri in plan.instances:
             gpus = tuple(ri.node * gpus_per_node + ri.first_gpu + k for k in range(ri.tp))
             inst = Instance(env, ri.id, ri.tp, ri.bucket, gpus, ri.node, costs, noise, self._turn_end, self._idle,
-                            on_room=self._pull, on_start=self._started)
+                            on_room=self._pull if self._wc else None, on_start=self._started, waiting=self._waiting)
             if costs.kv_capacity(ri.tp) <= 0:
                 raise SimulationError(f"plan has a TP={ri.tp} rollout instance but the model's weights do not fit in {ri.tp} GPU(s); use a larger TP")
             if record_gantt:
@@ -214,9 +218,9 @@ class RolloutStage:
         """Ask the scheduler which queued work ``inst`` should take (``next_for``) and move it;
         True when something moved. Cheap when no other instance has a queue."""
         nf = getattr(self.sched, "next_for", None)
-        if nf is None or not inst.alive or inst in self._retired or not inst.started:
+        if nf is None or not self._wc or not inst.alive or inst in self._retired or not inst.started:
             return False
-        if not any(x.queue for xs in self._by_bucket.values() for x in xs if x is not inst):
+        if self._waiting[0] - len(inst.queue) <= 0:  # no queue anywhere else
             return False
         moved = False
         for _ in range(8):

@@ -222,6 +222,8 @@ class WorkConserving:
     """Mixin: ``choose_instance`` by ``place`` and ``next_for`` by ``steal`` over ``self.plan``."""
 
     plan: Plan
+    #: backends may skip asking ``next_for`` of a router that says False (it never moves queued work)
+    work_conserving: bool = True
 
     def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad], obs: TrajectoryObservation | None = None) -> int:
         return place(self.plan, bucket, loads, obs)

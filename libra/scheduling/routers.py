@@ -55,6 +55,8 @@ def bucket_loads(bucket: int, loads: Sequence[InstanceLoad]) -> list[InstanceLoa
 class RoundRobinRouter:
     """Instances in turn over the whole plan; no moves."""
 
+    work_conserving = False
+
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self._order = [i.bucket for i in sorted(plan.instances, key=lambda i: i.id)] or [0]
@@ -182,6 +184,7 @@ class OracleRouter:
     balanced by trajectory count only and landed below ``libra`` (0.94x)."""
 
     sees_future = True
+    work_conserving = True
 
     def __init__(self, plan: Plan, future: StepArrays) -> None:
         self.plan = plan
