@@ -20,8 +20,10 @@ def _fmt(x: float, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:,.{digits}f}"
 
 
-def summary_table(results: Sequence[RunResult], title: str) -> Any:
-    """A rich Table with one row per policy."""
+def summary_table(results: Sequence[RunResult], title: str, n_gpus: int | None = None) -> Any:
+    """A rich Table with one row per policy. A colocated plan (rollout and training on the same
+    GPUs) shows as ``N coloc``: told by the policy's note, or, given ``n_gpus``, by a split that
+    books more GPUs than the cluster has (Libra's colocated plans printed as 48:48 on 48 GPUs)."""
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
@@ -33,7 +35,7 @@ def summary_table(results: Sequence[RunResult], title: str) -> Any:
         n = max(len(s), 1)
         ratio = [x.makespan_over_bound for x in s if math.isfinite(x.makespan_over_bound)]
         split = f"{s[0].n_rollout_gpus}:{s[0].n_train_gpus}" if s else "-"
-        if s and r.notes.get("colocated"):
+        if s and (r.notes.get("colocated") or (n_gpus is not None and s[0].n_rollout_gpus + s[0].n_train_gpus > n_gpus)):
             split = f"{s[0].n_rollout_gpus} coloc"
         t.add_row(
             r.policy, r.mode, split, s[0].rollout_tps if s else "-",

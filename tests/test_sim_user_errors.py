@@ -149,3 +149,21 @@ def test_numeric_flags_out_of_range_are_one_line(capsys, monkeypatch, argv: list
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and needle in err and "Traceback" not in err, err
     assert time.perf_counter() - t0 < 30
+
+
+def test_a_colocated_plan_is_shown_as_colocated_not_as_a_split_beyond_the_cluster() -> None:
+    from rich.console import Console
+
+    from sim.metrics import RunResult, StepMetrics
+    from sim.report import summary_table
+
+    step = StepMetrics.__new__(StepMetrics)
+    fields = {f: 0 for f in StepMetrics.__dataclass_fields__}
+    fields.update(n_rollout_gpus=48, n_train_gpus=48, rollout_tps="8x6")
+    for k, v in fields.items():
+        object.__setattr__(step, k, v)
+    res = RunResult("libra", "sync", [step])
+    console = Console(width=250, record=True)
+    console.print(summary_table([res], "t", 48))
+    text = console.export_text()
+    assert "48 coloc" in text and "48:48" not in text

@@ -283,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
         title += f", calibration {os.path.basename(args.calibration)}"
     title += f", engine {costs.ev.engine.name}"
     title += f"; limits: {limits_text}"
-    console.print(report.summary_table(results, title))
+    console.print(report.summary_table(results, title, args.gpus))
     if args.per_step or len(results) == 1:
         for r in results:
             console.print(report.steps_table(r))
