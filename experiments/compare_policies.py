@@ -88,7 +88,7 @@ def _fmt_table(rows: list[dict[str, Any]]) -> str:
     head = ("policy", "tok/s gen", "tok/s trained", "mean step s", "makespan/LB", "x verl-static", "x areal-opt", "split", "rollout TPs")
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        name = r["policy"] + (" (UPPER BOUND, sees future)" if r["sees_future"] else "")
+        name = r["policy"] + (" (hindsight, sees future)" if r["sees_future"] else "")
         out.append(
             f"| {name} | {r['gen_tok_s']:.0f} | {r['trained_tok_s']:.0f} | {r['mean_step_s']:.1f} | "
             f"{r['makespan_over_bound']:.3f} | {r['x_verl_static']:.2f} | {r['x_areal_opt']:.2f} | {r['split']} | {r['rollout_tps']} |"

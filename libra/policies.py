@@ -9,7 +9,7 @@
 | ``no-migration`` | heterogeneous | C-MLFQ decisions, moves re-prefill (no KV transfer) | yes |
 | ``reactive-mlfq`` | heterogeneous | reactive MLFQ | yes |
 | ``length-predictor`` | heterogeneous | predicted final length (trained on past steps, noisy) | yes |
-| ``oracle`` | heterogeneous | true final lengths: UPPER BOUND, ``sees_future`` | yes |
+| ``oracle`` | heterogeneous | true final lengths, balanced by true work: hindsight, ``sees_future`` | yes |
 
 Every factory is ``(cluster: ClusterSpec, **opts) -> Policy``. Options (all optional):
 ``mode`` ("sync"/"async"), ``max_staleness`` (async, default 1), ``replan`` ("every-step" or
@@ -20,6 +20,7 @@ Every factory is ``(cluster: ClusterSpec, **opts) -> Policy``. Options (all opti
 
 from __future__ import annotations
 
+import dataclasses
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,6 +41,9 @@ from libra.scheduling.routers import LeastLoadedRouter, LengthPredictorRouter, O
 from libra.trace.columnar import StepArrays
 
 ROUTERS: tuple[str, ...] = ("least-loaded", "reactive", "cmlfq", "no-migration", "length-predictor", "oracle")
+#: Context caps tried, longest first, for a first step whose length prior fits nothing and whose
+#: workload declares no limit (``LibraPolicy._plan_assuming_cap``).
+ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
 #: Context caps tried, longest first, for a first step whose length prior fits nothing and whose
 #: workload declares no limit (``LibraPolicy._plan_assuming_cap``).
 ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
@@ -135,6 +139,27 @@ class LibraPolicy:
         assert err is not None
         raise err
 
+    def _plan_assuming_cap(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
+        """The first step when no context limit is declared and nothing fits the length prior's
+        own cap (65,536 tokens, a guess): planned for the longest context that fits, halving from
+        ``ASSUMED_CAPS[0]``, flagged ``notes["assumed_max_context"]``. A wrong guess then costs
+        a re-plan after the first step, not a refusal (Qwen3-32B on 16 A800s was refused at
+        sequence 65,536 while verl-colocated, assuming 32,768, ran it)."""
+        assert self._ev is not None and self._replanner is not None
+        err: UserError | None = None
+        for cap in ASSUMED_CAPS:
+            planner = Planner(dataclasses.replace(cluster, max_context=cap), self._ev, self._options)
+            try:
+                plan = planner.plan(history, prompt_tokens)
+            except UserError as e:
+                err = e
+                continue
+            plan = dataclasses.replace(plan, notes={**plan.notes, "assumed_max_context": cap, "replanned": True})
+            self._replanner.current = plan
+            return plan
+        assert err is not None
+        raise err
+
     def _model_for(self, plan: Plan) -> RemainingWorkModel:
         got = self._models.get(id(plan))
         return got[1] if got is not None and got[0] is plan else self._last_model
@@ -145,7 +170,7 @@ class LibraPolicy:
             raise ValueError(f"policy {self.name} does not see the future; do not pass the step's StepArrays")
         if self.router == "oracle":
             if future is None:
-                raise ValueError("the oracle upper bound needs the step's true future (scheduler(plan, future=step))")
+                raise ValueError("the oracle (hindsight placement) needs the step's true future (scheduler(plan, future=step))")
             return OracleRouter(plan, future)
         if self.router == "least-loaded":
             return LeastLoadedRouter(plan, work_conserving=True)

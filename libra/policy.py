@@ -34,7 +34,7 @@ class Policy(Protocol):
 
     def scheduler(self, plan: Plan, future: StepArrays | None = None) -> RolloutScheduler:
         """The router for a step run under ``plan``. ``future`` is given only when
-        ``sees_future`` is True (the oracle upper bound)."""
+        ``sees_future`` is True (the oracle's hindsight placement)."""
         ...
 
     def pool(self, plan: Plan) -> PoolPolicy | None:
