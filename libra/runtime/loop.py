@@ -590,6 +590,7 @@ class Runner:
 
         found = sorted(glob.glob(os.path.join(self.ckpt, "step*")))
         if not found:
+            self.log(f"resume: no checkpoint in {self.ckpt}; starting at step 0")
             return 0
         done = int(os.path.basename(found[-1])[4:10])
         if os.path.isfile(trace):
