@@ -158,6 +158,10 @@ class RolloutStage:
         # (``work_conserving = False``), and the simulator then skips asking
         self._wc = callable(getattr(scheduler, "next_for", None)) and getattr(scheduler, "work_conserving", True)
         self._waiting = [0]  # queued entries over the step's instances (``Instance``)
+        # work conservation (``_pull``): routers that never move queued work say so
+        # (``work_conserving = False``), and the simulator then skips asking
+        self._wc = callable(getattr(scheduler, "next_for", None)) and getattr(scheduler, "work_conserving", True)
+        self._waiting = [0]  # queued entries over the step's instances (``Instance``)
         for ri in plan.instances:
             gpus = tuple(ri.node * gpus_per_node + ri.first_gpu + k for k in range(ri.tp))
             inst = Instance(env, ri.id, ri.tp, ri.bucket, gpus, ri.node, costs, noise, self._turn_end, self._idle,
@@ -252,7 +256,13 @@ class RolloutStage:
         self.stats.start_s = now
         for i in range(self.step.n):
             self._admit_s[i] = now
-            obs = self._obs(i, None, None, None)
+        first = [self._obs(i, None, None, None) for i in range(self.step.n)]
+        order_of = getattr(self.sched, "admission_order", None)  # default: the step's order (FIFO)
+        order = [int(k) for k in order_of(first)] if order_of is not None else range(self.step.n)
+        if order_of is not None and sorted(order) != list(range(self.step.n)):
+            raise SimulationError("the scheduler's admission_order is not a permutation of the step's trajectories")
+        for i in order:
+            obs = first[i]
             b = self._check_bucket(self.sched.admit(obs))
             self._bucket[i] = b
             inst = self._choose(b, obs)

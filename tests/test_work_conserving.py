@@ -130,3 +130,18 @@ def test_an_instance_that_drains_early_takes_queued_work() -> None:
     assert st.stats.pulled > 0
     assert st.stats.makespan_s <= base.stats.makespan_s * 1.001
     assert np.isfinite(st.stats.finish_s).all()
+
+
+def test_oracle_is_at_least_as_good_as_cmlfq_under_the_same_rules() -> None:
+    """Issue 11, cause 3: the oracle routed by final length at admission and balanced by count,
+    landing below libra (0.94x). Now: longest true work admitted first, placed by true work left
+    per GPU, waiting where its KV is cached, queued work moving like every router's."""
+    from test_sim_support import make_step as mk
+
+    for seed in range(3):
+        step = mk(0, 300, seed=seed, turns=(1, 6), gen=(20, 1500))
+        hist = [mk(s, 300, seed=seed + 10, turns=(1, 6), gen=(20, 1500)) for s in range(3)]
+        plan = _plan(8, True, bound=3000)
+        oracle = _run(plan, OracleRouter(plan, step), step, max_seqs=8).stats.makespan_s
+        cmlfq = _run(plan, CMLFQScheduler(plan, RemainingWorkModel.fit(hist)), step, max_seqs=8).stats.makespan_s
+        assert oracle <= cmlfq, (seed, oracle, cmlfq)

@@ -121,6 +121,11 @@ class RolloutScheduler(Protocol):
         the one holding its KV now. Libra's routers answer with ``place``."""
         ...
 
+    # Optional: ``admission_order(observations) -> indices`` (a permutation) orders a step's
+    # admissions, hence every queue's FIFO order; backends admit in the step's order without it.
+    # Only the hindsight ``oracle`` defines it (longest true work first): an honest router knows
+    # nothing at admission that would order them.
+
     def next_for(self, receiver: InstanceLoad, loads: Sequence[InstanceLoad]) -> Transfer | None:
         """Queued work ``receiver`` (started, room, empty queue) should pull now, or None.
         Backends ask again after carrying a transfer out, until None. Libra's routers answer with
@@ -222,6 +227,8 @@ class WorkConserving:
     """Mixin: ``choose_instance`` by ``place`` and ``next_for`` by ``steal`` over ``self.plan``."""
 
     plan: Plan
+    #: backends may skip asking ``next_for`` of a router that says False (it never moves queued work)
+    work_conserving: bool = True
     #: backends may skip asking ``next_for`` of a router that says False (it never moves queued work)
     work_conserving: bool = True
 

@@ -57,6 +57,8 @@ class RoundRobinRouter:
 
     work_conserving = False
 
+    work_conserving = False
+
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self._order = [i.bucket for i in sorted(plan.instances, key=lambda i: i.id)] or [0]
@@ -193,6 +195,11 @@ class OracleRouter:
         self._work: dict[int, float] = {}  # instance -> true tokens left of what it holds
         self._at: dict[int, tuple[int, float]] = {}  # trajectory row -> (instance, tokens counted)
 
+    def admission_order(self, observations: Sequence[TrajectoryObservation]) -> list[int]:
+        """Longest true remaining work first (LPT): with every queue FIFO, the trajectories that
+        take longest start first, so none of them starts last."""
+        return sorted(range(len(observations)), key=lambda k: (-(int(self._final[observations[k].index]) - observations[k].context_tokens), k))
+
     def admit(self, obs: TrajectoryObservation) -> int:
         return floor_bucket(self.plan, int(self._final[obs.index]) - 1)
 
@@ -221,7 +228,10 @@ class OracleRouter:
             return place(self.plan, bucket, loads, obs)
         ctx = obs.context_tokens
         cands = [l for l in loads if l.bucket >= bucket] or bucket_loads(bucket, loads)
-        roomy = [l for l in cands if l.room(ctx) > 0 and l.started] or cands
+        roomy = [l for l in cands if l.room(ctx) > 0 and l.started]
+        if not roomy and obs.instance is not None and any(l.instance == obs.instance and l.started for l in cands):
+            return obs.instance  # nothing has room: wait where its KV is cached (as ``place``)
+        roomy = roomy or cands
         left = max(float(self._final[obs.index]) - ctx, 1.0)
 
         old = self._at.get(obs.index)
