@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sim.commands.validate",
     "sim.commands.stats",
     "sim.commands.convert",
+    "sim.commands.sweep",
 )
 
 
