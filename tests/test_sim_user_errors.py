@@ -167,3 +167,10 @@ def test_a_colocated_plan_is_shown_as_colocated_not_as_a_split_beyond_the_cluste
     console.print(summary_table([res], "t", 48))
     text = console.export_text()
     assert "48 coloc" in text and "48:48" not in text
+
+
+def test_the_max_context_flag_replaces_only_the_context_cap() -> None:
+    header = TraceHeader(workload="math", metadata={"params": {"max_context": 16384, "max_turns": 8}})
+    kwargs, text = cluster_limits(header, 4096)
+    assert kwargs["max_context"] == 4096 and kwargs["max_turns"] == 8
+    assert text.startswith("max_context 4,096 (--max-context), max_turns 8")

@@ -68,10 +68,13 @@ def cluster_limits(header: Any, max_context: int | None = None, where: str = "tr
     """``ClusterSpec`` keyword arguments for the limits of a trace, and a line saying where they
     came from. ``max_context`` (a ``--max-context`` flag) overrides the header's."""
     lim = trace_limits(header, where)
-    if max_context is not None:
-        return {"max_context": int(max_context)}, f"max_context {int(max_context):,} (--max-context)"
     kwargs: dict[str, Any] = {}
-    if lim.max_context is not None:
+    text = lim.describe()
+    if max_context is not None:  # the flag replaces the header's context cap, not its other limits
+        kwargs["max_context"] = int(max_context)
+        rest = [p for p in text.split(", ") if p != "none declared" and not p.startswith("max_context ")]
+        text = ", ".join([f"max_context {int(max_context):,} (--max-context)", *rest])
+    elif lim.max_context is not None:
         kwargs["max_context"] = lim.max_context
     # the other declared limits and the workload kind shape the first step's length prior
     # (libra.planner.stats.PriorSpec); the kind is the header's hint, when it names a known one
@@ -82,4 +85,4 @@ def cluster_limits(header: Any, max_context: int | None = None, where: str = "tr
     kind = getattr(header, "workload", None)
     if isinstance(kind, str) and kind:
         kwargs["workload"] = kind
-    return kwargs, lim.describe() + (f"; workload {kind}" if "workload" in kwargs else "")
+    return kwargs, text + (f"; workload {kind}" if "workload" in kwargs else "")
