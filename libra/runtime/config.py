@@ -357,6 +357,21 @@ def load_config(path: str | None, overrides: dict[str, Any] | None = None) -> Ru
     merged = {**data, **given}
     # where each key came from, so an error names what the user typed
     sources = {**{k: f"config {path}" for k in data}, **{k: "--" + k.replace("_", "-") for k in given}}
+    types = key_types()
+    for k, v in list(merged.items()):
+        kind = types.get(k)
+        if isinstance(v, str) and kind in (int, float):
+            # YAML 1.1 reads `lr: 1e-3` (no dot) as text: a number written as text is that number
+            try:
+                merged[k] = int(v) if kind is int else float(v)
+            except ValueError:
+                pass  # the range check names the key and the value
+        elif kind is str and v is not None and not isinstance(v, str):
+            where = "--" + k.replace("_", "-") if k in given else f"config {path}: key '{k}'"
+            if k == "split" and isinstance(v, int):  # YAML 1.1 reads an unquoted 2:2 as the base-60 number 122
+                raise UserError(f"{where}: write ROLLOUT:TRAIN quoted, e.g. split: '2:2' (YAML reads an unquoted 2:2 as the "
+                                f"number {v}), got {v!r}")
+            raise UserError(f"{where}: must be text (a name or a path), got {v!r}")
     names = {f.name for f in fields(RunConfig)}
     cfg = RunConfig(**{k: v for k, v in merged.items() if k in names})
     for k, kind in key_types().items():  # YAML/TOML write 1 for 1.0: widen ints of float keys

@@ -232,3 +232,26 @@ def test_run_plots_draw_overlap_as_overlap_setup_apart_and_heldout_marks(tmp_pat
     plot_fidelity(str(tmp_path), fid)
     assert "SIMULATED" in figs["fidelity.png"]._suptitle.get_text() and "step 0.71x" in figs["fidelity.png"]._suptitle.get_text()
     assert (tmp_path / "fidelity.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("lr: 1e-3\n", 1e-3),  # YAML 1.1 reads 1e-3 (no dot) as text
+    ("steps: '7'\n", 7),
+])
+def test_numbers_written_as_text_in_a_file_are_numbers(tmp_path, text: str, expect: float) -> None:
+    p = tmp_path / "r.yaml"
+    p.write_text(text)
+    key = text.split(":")[0]
+    assert getattr(load_config(str(p)), key) == expect
+
+
+@pytest.mark.parametrize("text, match", [
+    ("out: 3\n", "key 'out': must be text"),  # was a TypeError traceback
+    ("model: 3\n", "key 'model': must be text"),
+    ("split: 2:2\n", "write ROLLOUT:TRAIN quoted, e.g. split: '2:2'"),  # YAML 1.1: base-60 122
+])
+def test_wrong_value_types_in_a_file_are_one_line(tmp_path, text: str, match: str) -> None:
+    p = tmp_path / "r.yaml"
+    p.write_text(text)
+    with pytest.raises(UserError, match=match):
+        load_config(str(p))
