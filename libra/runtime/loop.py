@@ -83,8 +83,9 @@ class Runner:
         # the run's context cap is a hard limit: the first step's length prior is scaled into it;
         # the torch trainer is one worker, so the planner gives training one device and the rest
         # to rollout (deepspeed runs the plan's DP: no limit)
+        self.engine_profile = self._engine_profile()
         self.cluster = ClusterSpec(cfg.devices, cfg.gpu_name, self.model_cfg, cfg.per_node, max_context=cfg.max_context,
-                                   max_train_gpus=self._max_train_gpus(), engine=cfg.engine_profile)
+                                   max_train_gpus=self._max_train_gpus(), engine=self.engine_profile)
         self.use_gpu = cfg.device == "cuda"
         self.engines: dict[int, Any] = {}
         self.instances: dict[int, Any] = {}
@@ -122,6 +123,30 @@ class Runner:
         self.tools = ToolActor.remote({"timeout_s": self.cfg.tool_timeout_s, "memory_mb": self.cfg.tool_memory_mb,
                                        "max_output_bytes": self.cfg.tool_output_bytes})
         self.isolation = ray.get(self.tools.isolation.remote())
+
+    def _engine_profile(self) -> str | None:
+        """The engine profile the planner and the fidelity replay time rollouts with.
+
+        ``engine_profile`` when given. Otherwise a calibration file's own engine entry (None: the
+        evaluator reads it from the file); otherwise the profile of the engine that runs: the
+        bundled vLLM profile for vLLM, and ``constants`` for the torch engine, because the vLLM
+        profiles' fitted per-sequence and per-collective terms describe vLLM's scheduler, not this
+        project's torch engine (whose overhead ``libra-calibrate profile --engine-model`` measures)."""
+        cfg = self.cfg
+        if cfg.engine_profile:
+            return cfg.engine_profile
+        if cfg.calibration:
+            from cost_models.calibration.store import load_engine_overhead
+
+            try:
+                if load_engine_overhead(cfg.calibration) is not None:
+                    return None
+            except Exception:  # an unreadable file is reported where the evaluator is built
+                return None
+        from libra.runtime.engines import vllm_available
+
+        kind = cfg.engine if cfg.engine != "auto" else ("vllm" if vllm_available() else "torch")
+        return "vllm-2024" if kind == "vllm" else "constants"
 
     def _engine_opts(self) -> dict[str, Any]:
         kind = self.cfg.engine
@@ -383,7 +408,7 @@ class Runner:
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         try:
             self.ev = CostEvaluator(cfg.gpu_name, self.model_cfg, calibration=cfg.calibration, gpus_per_node=cfg.per_node,
-                                    engine=cfg.engine_profile)
+                                    engine=self.engine_profile)
         except Exception as exc:
             raise UserError(f"cost evaluator for {cfg.gpu_name} / {self.model_cfg}: {exc}") from None
         policy = make_policy(cfg.policy, self.cluster, self.ev, cfg.seed, cfg.kl_coef > 0)
@@ -512,7 +537,7 @@ class Runner:
                 fid = replay_fidelity(self.out, os.path.join(self.out, "trace.jsonl"), self.rows, cfg.devices, cfg.per_node, cfg.gpu_name,
                                       self.model_cfg, cfg.policy, calibration=cfg.calibration, streaming=streamed,
                                       mini_batches=cfg.mini_batches, max_context=cfg.max_context,
-                                      max_train_gpus=self._max_train_gpus(), engine_profile=cfg.engine_profile)
+                                      max_train_gpus=self._max_train_gpus(), engine_profile=self.engine_profile)
                 summary["fidelity"] = fid
                 if fid:
                     plot_fidelity(self.out, fid)
