@@ -68,8 +68,10 @@ def test_torch_engine_and_trainer_record_and_replay(tmp_path) -> None:
 
 @needs_deepspeed
 def test_deepspeed_zero2_migration_and_faults(tmp_path) -> None:
+    # max_batch 12: the whole step fits instance 0 (bucket 0), so nothing spills onto bucket 1's
+    # instance at admission (work conservation) and the floor moves past 34 tokens are migrations
     s = _run(tmp_path, engine="torch", trainer="deepspeed", zero_stage=2, devices=4, split="2:2", bucket_bounds=[34],
-             policy="libra-cmlfq", steps=3, replay=False,
+             policy="libra-cmlfq", steps=3, replay=False, max_batch=12,
              faults=[{"kill": "rollout", "step": 1, "at_s": 0.05, "instance": 0}, {"kill": "trainer", "step": 2}])
     rows = _rows(os.path.join(s["out"], "steps.csv"))
     assert len(rows) == 3
