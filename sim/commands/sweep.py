@@ -34,14 +34,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="results.csv, results.json, summary.md, cache/ and traces/ go here")
     p.add_argument("--jobs", type=_positive_int, default=None,
                    help="configurations replayed in parallel processes (default: the CPU cores; 1 = in this process)")
-    p.add_argument("--ray", default=None, metavar="ADDRESS|auto",
-                   help="send each configuration as a Ray task to the existing Ray cluster at ADDRESS (needs the [run] extra)")
+    p.add_argument("--ray", default=None, metavar="ADDRESS|auto|local",
+                   help="send each configuration as a Ray task to the Ray cluster at ADDRESS (auto: the running one; local: a "
+                        "fresh one on this machine; needs the [run] extra)")
     p.add_argument("--dry-run", action="store_true", help="validate, count configurations and cached runs, run nothing")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
 
+def _code_root() -> str:
+    """The folder the replayed code was imported from (``sim``'s parent): where the commit is read."""
+    import sim
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(sim.__file__)))
+
+
 def _git(*args: str) -> str | None:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = _code_root()
     try:
         return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):
@@ -107,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             execute_local(tasks, args.jobs or default_jobs(), sink)
     configs = [_config_row(c, {p: records[(c.id, p)] for p in c.policies}) for c in grid.configurations]
     dirty = _git("status", "--porcelain", "--untracked-files=no")
-    meta = {"grid": args.grid, "grid_name": grid.name, "code_key": code, "commit": _git("rev-parse", "HEAD"),
+    meta = {"grid": args.grid, "grid_name": grid.name, "code_key": code, "code_root": _code_root(), "commit": _git("rev-parse", "HEAD"),
             "dirty": bool(dirty), "subject": grid.subject, "baselines": list(grid.baselines), "computed_runs": n_todo,
             "cached_runs": n_runs - n_todo, "wall_s": round(time.perf_counter() - t0, 1),
             "executor": f"ray {args.ray}" if args.ray is not None else f"local, {args.jobs or default_jobs()} jobs"}

@@ -141,7 +141,7 @@ def render_markdown(meta: Mapping[str, Any], configs: Sequence[Mapping[str, Any]
     subject = meta["subject"]
     lines = [f"# Sweep `{meta['grid_name']}` — SIMULATED results", "",
              f"Every number below is SIMULATED (`libra-sim`, cost model + seeded noise), not measured. Grid "
-             f"`{meta['grid']}`, code key `{meta['code_key']}`, commit `{meta.get('commit') or 'unknown'}`"
+             f"`{meta['grid']}`, code key `{meta['code_key']}`, commit `{meta.get('commit') or 'unknown (not a git checkout: ' + str(meta.get('code_root')) + ')'}`"
              f"{' (working tree had uncommitted changes)' if meta.get('dirty') else ''}.", "",
              f"`{subject}` against the best baseline of the same staleness class ({', '.join(meta['baselines'])}), by "
              f"throughput (generated tokens per simulated second; same steps for every policy): win > +{TIE_TOLERANCE:.0%}, "
@@ -174,7 +174,7 @@ def render_markdown(meta: Mapping[str, Any], configs: Sequence[Mapping[str, Any]
     fails = [(c["config"], p, r.get("error")) for c in configs for p, r in c["runs"].items() if r.get("status") != "ok"]
     lines += ["", "## Failed runs", ""]
     lines += [f"- `{cfg}` {p}: {err}" for cfg, p, err in fails] if fails else ["None: every run completed every trajectory once."]
-    lines += ["", "`n/a`: the policy does not run in that class (a colocated policy cannot run async).", ""]
+    lines += ["", "`n/a`: the policy does not take part in that staleness class (`sim/sweep/staleness.py`, `runs_in_class`).", ""]
     return "\n".join(lines)
 
 
