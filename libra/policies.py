@@ -21,7 +21,6 @@ Every factory is ``(cluster: ClusterSpec, **opts) -> Policy``. Options (all opti
 from __future__ import annotations
 
 import dataclasses
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,9 +40,6 @@ from libra.scheduling.routers import LeastLoadedRouter, LengthPredictorRouter, O
 from libra.trace.columnar import StepArrays
 
 ROUTERS: tuple[str, ...] = ("least-loaded", "reactive", "cmlfq", "no-migration", "length-predictor", "oracle")
-#: Context caps tried, longest first, for a first step whose length prior fits nothing and whose
-#: workload declares no limit (``LibraPolicy._plan_assuming_cap``).
-ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
 #: Context caps tried, longest first, for a first step whose length prior fits nothing and whose
 #: workload declares no limit (``LibraPolicy._plan_assuming_cap``).
 ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
@@ -117,27 +113,6 @@ class LibraPolicy:
         while len(self._models) > 8:
             self._models.pop(next(iter(self._models)))
         return plan
-
-    def _plan_assuming_cap(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
-        """The first step when no context limit is declared and nothing fits the length prior's
-        own cap (65,536 tokens, a guess): planned for the longest context that fits, halving from
-        ``ASSUMED_CAPS[0]``, flagged ``notes["assumed_max_context"]``. A wrong guess then costs
-        a re-plan after the first step, not a refusal (Qwen3-32B on 16 A800s was refused at
-        sequence 65,536 while verl-colocated, assuming 32,768, ran it)."""
-        assert self._ev is not None and self._replanner is not None
-        err: UserError | None = None
-        for cap in ASSUMED_CAPS:
-            planner = Planner(dataclasses.replace(cluster, max_context=cap), self._ev, self._options)
-            try:
-                plan = planner.plan(history, prompt_tokens)
-            except UserError as e:
-                err = e
-                continue
-            plan = dataclasses.replace(plan, notes={**plan.notes, "assumed_max_context": cap, "replanned": True})
-            self._replanner.current = plan
-            return plan
-        assert err is not None
-        raise err
 
     def _plan_assuming_cap(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
         """The first step when no context limit is declared and nothing fits the length prior's

@@ -158,10 +158,6 @@ class RolloutStage:
         # (``work_conserving = False``), and the simulator then skips asking
         self._wc = callable(getattr(scheduler, "next_for", None)) and getattr(scheduler, "work_conserving", True)
         self._waiting = [0]  # queued entries over the step's instances (``Instance``)
-        # work conservation (``_pull``): routers that never move queued work say so
-        # (``work_conserving = False``), and the simulator then skips asking
-        self._wc = callable(getattr(scheduler, "next_for", None)) and getattr(scheduler, "work_conserving", True)
-        self._waiting = [0]  # queued entries over the step's instances (``Instance``)
         for ri in plan.instances:
             gpus = tuple(ri.node * gpus_per_node + ri.first_gpu + k for k in range(ri.tp))
             inst = Instance(env, ri.id, ri.tp, ri.bucket, gpus, ri.node, costs, noise, self._turn_end, self._idle,

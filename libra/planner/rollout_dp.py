@@ -148,12 +148,6 @@ class RolloutDP:
         if stats.scenarios:
             self.max_buckets = 1
             self._scenarios = [RolloutDP(sc, table, gpus_per_node, max_gpus, tps, 1, nvlink_domain) for sc in stats.scenarios]
-        # planned from a length prior: one bucket (bounds from a prior's quantiles are guesses),
-        # and the TP whose worst slowdown over the prior's scenarios is least (``best``)
-        self._scenarios: list[RolloutDP] = []
-        if stats.scenarios:
-            self.max_buckets = 1
-            self._scenarios = [RolloutDP(sc, table, gpus_per_node, max_gpus, tps, 1, nvlink_domain) for sc in stats.scenarios]
 
     # ---- the model -------------------------------------------------------------------------
     def layouts(self) -> list[BucketLayout]:
@@ -316,31 +310,6 @@ class RolloutDP:
         choice = None if best is None else self._materialize(best[1], best[2], G)
         self._memo[G] = choice
         return choice
-
-    def _regrets(self, G: int) -> dict[BucketLayout, float]:
-        """Per layout, its worst slowdown on ``G`` GPUs against the best layout of each case:
-        the nominal prior and each of its scenarios (a case where no layout fits is skipped, a
-        layout that does not fit a case counts as infinitely slow there). The layout chosen from
-        a prior is the one with the least: a prior wrong by ``PRIOR_STRETCH`` costs the least it
-        can. (The nominal prior alone picked TP8 for a math step where TP4 was 1.24x faster.)"""
-        cases = [self] + self._scenarios
-        times: list[dict[BucketLayout, float]] = []
-        for dp in cases:
-            t: dict[BucketLayout, float] = {}
-            for c in dp._all_curves():
-                r = dp._best_counts(c, G)
-                if r is not None:
-                    t[c.layout] = r[0]
-            if t:
-                times.append(t)
-        out: dict[BucketLayout, float] = {}
-        for c in self._all_curves():
-            worst = 1.0
-            for t in times:
-                top = min(t.values())
-                worst = max(worst, t.get(c.layout, float("inf")) / max(top, 1e-12))
-            out[c.layout] = worst
-        return out
 
     def _regrets(self, G: int) -> dict[BucketLayout, float]:
         """Per layout, its worst slowdown on ``G`` GPUs against the best layout of each case:

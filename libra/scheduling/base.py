@@ -229,8 +229,6 @@ class WorkConserving:
     plan: Plan
     #: backends may skip asking ``next_for`` of a router that says False (it never moves queued work)
     work_conserving: bool = True
-    #: backends may skip asking ``next_for`` of a router that says False (it never moves queued work)
-    work_conserving: bool = True
 
     def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad], obs: TrajectoryObservation | None = None) -> int:
         return place(self.plan, bucket, loads, obs)

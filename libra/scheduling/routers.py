@@ -57,8 +57,6 @@ class RoundRobinRouter:
 
     work_conserving = False
 
-    work_conserving = False
-
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self._order = [i.bucket for i in sorted(plan.instances, key=lambda i: i.id)] or [0]
