@@ -12,7 +12,10 @@
 | ``oracle`` | heterogeneous | true final lengths, balanced by true work: hindsight, ``sees_future`` | yes |
 
 Every factory is ``(cluster: ClusterSpec, **opts) -> Policy``. Options (all optional):
-``mode`` ("sync"/"async"), ``max_staleness`` (async, default 1), ``replan`` ("every-step" or
+``max_staleness`` (K, the staleness the RL algorithm tolerates, default 0: on-policy; the planner
+picks the fastest loop it allows: sync, sync + streaming, async up to K), ``mode`` ("sync"/"async":
+pins the loop instead; "async" without ``max_staleness`` means K = 1), ``streaming`` (True/False
+pins streaming in sync mode), ``mini_batches`` (optimizer steps per RL step, 4), ``replan`` ("every-step" or
 "drift"), ``drift_threshold``, ``join`` ("nonblocking"/"sync"), ``seed`` (length-predictor noise),
 ``lp_sigma``, ``window`` (history steps the planner pools), ``kl`` (reference-model forward),
 ``ev`` (a cost evaluator to share; built from the cluster otherwise).
@@ -43,7 +46,7 @@ ROUTERS: tuple[str, ...] = ("least-loaded", "reactive", "cmlfq", "no-migration",
 #: Context caps tried, longest first, for a first step whose length prior fits nothing and whose
 #: workload declares no limit (``LibraPolicy._plan_assuming_cap``).
 ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
-OPTIONS: tuple[str, ...] = ("mode", "max_staleness", "replan", "drift_threshold", "join", "seed", "lp_sigma", "window", "kl", "ev")
+OPTIONS: tuple[str, ...] = ("mode", "max_staleness", "streaming", "mini_batches", "replan", "drift_threshold", "join", "seed", "lp_sigma", "window", "kl", "ev")
 
 
 class LibraPolicy:
@@ -55,8 +58,8 @@ class LibraPolicy:
             raise UserError(f"policy {name}: unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
         if router not in ROUTERS:
             raise ValueError(f"router must be one of {ROUTERS}")
-        mode = opts.get("mode", "sync")
-        if mode not in ("sync", "async"):
+        mode = opts.get("mode")
+        if mode not in (None, "sync", "async"):
             raise UserError(f"policy {name}: mode must be 'sync' or 'async', got {mode!r}")
         self.name = name
         self.sees_future = router == "oracle"
@@ -69,7 +72,9 @@ class LibraPolicy:
         self._opts = dict(opts)
         self._options = SearchOptions(
             mode=mode,
-            max_staleness=int(opts.get("max_staleness", 1)) if mode == "async" else 0,
+            max_staleness=int(opts.get("max_staleness", 1 if mode == "async" else 0)),
+            streaming=opts.get("streaming"),
+            mini_batches=int(opts.get("mini_batches", 4)),
             max_buckets=max_buckets,
             window=self.window,
             kl=bool(opts.get("kl", False)),

@@ -1,16 +1,24 @@
 """The paper's baselines, as honest ``Policy`` objects the simulator drives like any other.
 
+Each runs its best honest loop within the staleness class K the user allows (``--max-staleness``,
+``SimConfig.max_staleness``), like Libra:
+
 * ``verl-colocated``: verl's hybrid engine. Every GPU runs rollout (uniform TP, least-loaded
   routing), then every GPU trains; it pays both stage switches (engine sleep/wake, trainer
   offload/onload at the measured host-copy rates) and the CUDA-IPC weight hand-over, priced by
-  ``StepCosts`` like every other plan. Synchronous.
+  ``StepCosts`` like every other plan. Synchronous in every class (rollout and training share
+  every GPU: nothing can overlap).
 * ``verl-static-uniform``: a fixed split of the cluster between rollout (uniform TP instances,
-  least-loaded routing) and training, synchronous.
-* ``areal-static-optimal``: the best fixed split and TP **in hindsight**: it is handed the whole
-  replayed trace, ranks every (split, TP) with the cost model on the true trajectories, replays
-  the best few on a sample of the trace's steps (noise off) and keeps the fastest, then runs
-  asynchronously with staleness 1. It is an upper bound on what static tuning can do,
-  not something a real run could know in advance, and it says so in its plan notes.
+  least-loaded routing) and training; synchronous with K = 0, and with K >= 1 also priced with
+  verl's one-step-off asynchronous loop (staleness 1), the faster estimate winning.
+* ``areal-static-optimal``: the best fixed (split, homogeneous rollout TP, loop) **in
+  hindsight**: it is handed the whole replayed trace and every feasible candidate is *replayed*
+  (noise off; see ``_hindsight``), not ranked by an estimate (a shortlist of 4 ranked by the
+  makespan lower bound missed a split 1.7x faster on a work-bound trace). AReaL is asynchronous
+  by design, so it runs only in classes K >= 1 (``MIN_STALENESS``), at staleness K: for a fixed
+  plan a larger bound only removes waits, so K is its best staleness in the class. It is an
+  upper bound on what static tuning can do, not something a real run could know in advance,
+  and it says so in its plan notes.
 
 How the honest baselines choose (once, at their first plan, then fixed): they know the first
 step's prompt lengths and nothing else, so they assume a **length prior** for the rest of each
@@ -60,9 +68,13 @@ PRIOR_TOOL_S = 2.0
 #: typical agentic config): like vLLM, which refuses a ``max_model_len`` above its KV capacity,
 #: they only consider rollout TPs whose KV cache holds this much.
 PRIOR_MAX_CONTEXT = 32768
-#: The hindsight baseline replays this many best-estimated configurations on this many steps.
-HINDSIGHT_SHORTLIST = 4
+#: The hindsight baseline replays every candidate on this many evenly spaced steps of the trace
+#: (the whole trace when it has no more), then its ``HINDSIGHT_FINALISTS`` fastest on the whole
+#: trace (``StaticPolicy._hindsight``).
 HINDSIGHT_STEPS = 4
+HINDSIGHT_FINALISTS = 3
+#: The smallest staleness class each baseline runs in (absent: 0, it can run on-policy).
+MIN_STALENESS: dict[str, int] = {"areal-static-optimal": 1}
 
 
 @dataclass(frozen=True)
@@ -207,18 +219,26 @@ class StaticPolicy:
     sees_future = False
 
     def __init__(self, name: str, cluster: ClusterSpec, costs: SimCosts, pins: Pins, *, colocated: bool,
-                 mode: str, staleness: int, kl: bool = False, hindsight: Sequence[StepArrays] | None = None,
-                 seed: int = 0) -> None:
+                 modes: Sequence[str], staleness: int, kl: bool = False, hindsight: Sequence[StepArrays] | None = None,
+                 seed: int = 0, sim_config: Any = None) -> None:
+        """``modes``: the loops it may run ("sync", "async"), the fastest estimate (or, in
+        hindsight, replay) winning; ``staleness``: the bound its async loop runs with;
+        ``sim_config``: the replay's ``SimConfig`` (the hindsight replays use its KV mode,
+        mini-batches, KL and seed, with noise off)."""
+        if not modes:
+            raise ValueError(f"{name}: no loop mode to run")
         self.name = name
         self.cluster = cluster
         self.costs = costs
         self.pins = pins
         self.colocated = colocated
-        self.mode = mode
+        self.modes = tuple(modes)
         self.staleness = staleness
         self.kl = kl
         self.hindsight = list(hindsight) if hindsight is not None else None
         self.seed = seed
+        self.sim_config = sim_config
+        self.hindsight_report: dict[str, Any] = {}
         self._plan: Plan | None = None
 
     # -- Policy
@@ -256,8 +276,13 @@ class StaticPolicy:
         n = self.cluster.n_gpus
         sc = self.costs.step  # the prices the replay charges (libra.planner.step_costs)
         fixed = sc.step_fixed_s(round(sum(s.n for s, _ in steps) / len(steps)))
-        cands: list[tuple[float, int, int, TrainConfig, float, float]] = []
-        splits = [n] if self.colocated else ch.splits()
+        cands: list[tuple[float, int, int, TrainConfig, float, float, str]] = []
+        if self.colocated:
+            splits = [n]
+        elif self.hindsight is not None and self.pins.split is None:
+            splits = self._hindsight_splits(ch)
+        else:
+            splits = ch.splits()
         tried: list[str] = []
         for r in splits:
             t_gpus = ch.train_gpus(r, self.colocated)
@@ -276,15 +301,30 @@ class StaticPolicy:
                 else:  # the weight push, over NVLink when training and rollout share a domain
                     over = sc.weight_sync_s(cfg, inst, sc.train_gpus(n, t_gpus, False, inst))
                 stage = train_s + fixed  # the training stage plus the per-sample bookkeeping
-                step_s = (max(roll, stage) if self.mode == "async" else roll + stage) + over
-                cands.append((step_s, r, tp, cfg, roll, stage))
+                for mode in self.modes:  # the planner's formulas (libra.planner.search.step_time)
+                    step_s = max(roll, stage + over) if mode == "async" else roll + stage + over
+                    cands.append((step_s, r, tp, cfg, roll, stage, mode))
         if not cands:
             raise UserError(f"{self.name}: {self._what_would_fit(ch, tokens, seq_len, seq_max, tried)}")
-        cands.sort(key=lambda c: (c[0], c[1], c[2]))
+        cands.sort(key=lambda c: (c[0], c[6] != "sync", c[1], c[2]))
         plans = [self._plan_for(*c, basis=basis) for c in cands]
         if self.hindsight is None or len(plans) == 1:
             return plans[0]
-        return self._replay_shortlist(plans)
+        return self._hindsight(plans)
+
+    def _hindsight_splits(self, ch: _Chooser) -> list[int]:
+        """Rollout GPU counts the hindsight search visits: the same grid as Libra's planner
+        (training GPUs in steps of ``libra.planner.search.train_unit``: 1 GPU up to 4 nodes, half a
+        node up to 16, whole nodes beyond; never more training GPUs than the backend uses), so a
+        gain of Libra is never a finer split the baseline was not allowed."""
+        from libra.planner.search import train_unit
+
+        n, cap = self.cluster.n_gpus, self.cluster.train_gpu_cap
+        unit = train_unit(n, self.cluster.gpus_per_node)
+        trains = [t for t in range(unit, n, unit) if t <= cap]
+        if not trains and 1 <= cap < n:
+            trains = [cap]
+        return [n - t for t in trains] or ch.splits()
 
     def _what_would_fit(self, ch: _Chooser, tokens: int, seq_len: int, seq_max: int, tried: list[str]) -> str:
         """Why nothing fits, and what would: the smallest training GPU count above the training
@@ -317,7 +357,8 @@ class StaticPolicy:
         return uniform_instances(r, tp, self.cluster.gpus_per_node,
                                  nvlink_domain=nvlink_domain(getattr(self.costs.ev, "gpu", None), self.cluster.gpus_per_node))
 
-    def _plan_for(self, step_s: float, r: int, tp: int, cfg: TrainConfig, roll: float, train_s: float, basis: str) -> Plan:
+    def _plan_for(self, step_s: float, r: int, tp: int, cfg: TrainConfig, roll: float, train_s: float, mode: str,
+                  basis: str) -> Plan:
         n = self.cluster.n_gpus
         return Plan(
             n_rollout_gpus=r,
@@ -325,8 +366,8 @@ class StaticPolicy:
             train=cfg,
             instances=self._instances(r, tp),
             buckets=(Bucket(0, tp, 0, None),),
-            mode="async" if self.mode == "async" else "sync",
-            max_staleness=self.staleness,
+            mode="async" if mode == "async" else "sync",
+            max_staleness=self.staleness if mode == "async" else 0,
             colocated=self.colocated,
             predicted_rollout_s=roll,
             predicted_train_s=train_s,
@@ -335,30 +376,117 @@ class StaticPolicy:
                    "split": f"{r}:{n - r}" if not self.colocated else f"{n} colocated"},
         )
 
-    def _replay_shortlist(self, plans: list[Plan]) -> Plan:
-        """Hindsight only: replay the ``HINDSIGHT_SHORTLIST`` best-estimated plans on up to
-        ``HINDSIGHT_STEPS`` evenly spaced steps of the trace and keep the fastest. The estimate
-        (a lower bound) misses the long tail's slow batches, which is what separates close
-        configurations; replaying them is the hindsight search an AReaL user tuning offline
-        would do."""
-        from sim.loop import SimConfig, Simulator
+    def _hindsight(self, plans: list[Plan]) -> Plan:
+        """Hindsight only: the fastest of ``plans`` (every feasible split x homogeneous rollout
+        TP x allowed loop, ranked by the estimate) by *replay*, noise off, with the replay's own
+        settings. Two stages, so the search stays a few times one replay:
+
+        1. every candidate is replayed on up to ``HINDSIGHT_STEPS`` evenly spaced steps (the
+           whole trace when it has no more, then the result is exact), in estimate order; a
+           candidate is skipped without replaying when a *lower bound* of its sample time
+           (``_sample_bound``: the rollout's makespan lower bound per step, the training and
+           sync the replay charges exactly with noise off, and the loop's overlap at best)
+           already reaches the fastest replayed;
+        2. the ``HINDSIGHT_FINALISTS`` fastest are replayed on the whole trace and the fastest
+           is kept.
+
+        Results are cached per (trace steps, plan, replay settings) in ``SimCosts.memo``, so a
+        sweep or a repeated search in one process replays a candidate once. What it did is in
+        ``hindsight_report`` and the plan's notes."""
+        import time
 
         trace = self.hindsight or []
         k = min(HINDSIGHT_STEPS, len(trace))
         sample = [trace[round(i * (len(trace) - 1) / max(k - 1, 1))] for i in range(k)] if k > 1 else trace[:1]
-        best: tuple[float, int, Plan] | None = None
-        for idx, plan in enumerate(plans[:HINDSIGHT_SHORTLIST]):
-            sim = Simulator(sample, _FixedPlan(plan), self.cluster, self.costs,
-                            SimConfig(mode=plan.mode, staleness=self.staleness, seed=self.seed, noise_sigma=0.0))
-            t = sim.run().wall_s
-            if best is None or t < best[0]:
-                best = (t, idx, plan)
-        assert best is not None
-        plan = best[2]
+        whole = len(sample) == len(trace)
+        t0 = time.perf_counter()
+        lats = [resolve_latencies(s, self.seed) for s in sample]
+        scored: list[tuple[float, int, Plan]] = []
+        pruned = 0
+        for idx, plan in enumerate(plans):
+            best = min((t for t, _, _ in scored), default=float("inf"))
+            if self._sample_bound(plan, sample, lats) >= best:
+                pruned += 1
+                continue
+            scored.append((self._replay_wall(plan, sample), idx, plan))
+        scored.sort(key=lambda x: (x[0], x[1]))
+        finalists = scored if whole else scored[:HINDSIGHT_FINALISTS]
+        if whole:
+            final = finalists
+        else:
+            final = sorted(((self._replay_wall(p, trace), i, p) for _, i, p in finalists), key=lambda x: (x[0], x[1]))
+        wall, _, plan = final[0]
+        self.hindsight_report = {
+            "candidates": len(plans), "replayed": len(scored), "pruned_by_bound": pruned, "sample_steps": len(sample),
+            "finalists": 0 if whole else len(finalists), "search_s": time.perf_counter() - t0, "best_wall_s": wall,
+        }
         notes = dict(plan.notes)
-        notes["chosen_by"] = (f"hindsight: {HINDSIGHT_SHORTLIST} best-estimated (split, TP) over the whole trace, "
-                              f"replayed on {len(sample)} of its steps")
-        return replace(plan, notes=notes)
+        where = (f"all {len(trace)} steps" if whole else
+                 f"{len(sample)} of its {len(trace)} steps, the {len(finalists)} fastest then on all of them")
+        notes["chosen_by"] = (f"hindsight: every (split, TP, loop) over the whole trace ({len(plans)} candidates, "
+                              f"{pruned} cut by a lower bound) replayed on {where}")
+        notes["hindsight_candidates"] = len(plans)
+        notes["hindsight_replayed"] = len(scored)
+        return replace(plan, notes=notes, predicted_step_s=wall / max(len(trace), 1))
+
+    def _sim_config(self, mode: str) -> Any:
+        """The replay settings of a hindsight candidate: the replay's own, noise off, the
+        candidate's loop, this baseline's staleness class."""
+        from sim.loop import SimConfig
+
+        base = self.sim_config if self.sim_config is not None else SimConfig(seed=self.seed)
+        return replace(base, mode=mode, staleness=self.staleness if mode == "async" else None,
+                       max_staleness=max(self.staleness, 0), streaming=False, noise_sigma=0.0, faults=(), gantt_step=None)
+
+    def _replay_wall(self, plan: Plan, steps: Sequence[StepArrays]) -> float:
+        """Simulated wall time of ``plan`` held fixed over ``steps`` (cached, see ``_hindsight``)."""
+        from sim.loop import Simulator
+
+        cfg = self._sim_config(plan.mode)
+        key = ("hindsight-wall", _steps_digest(steps), _plan_key(plan),
+               (cfg.mode, cfg.staleness, cfg.kl, cfg.kv_mode, cfg.seed, cfg.mini_batches))
+        got = self.costs.memo.get(key)
+        if got is None:
+            got = self.costs.memo[key] = Simulator(steps, _FixedPlan(plan), self.cluster, self.costs, cfg).run().wall_s
+        return float(got)  # type: ignore[arg-type]
+
+    def _sample_bound(self, plan: Plan, steps: Sequence[StepArrays], lats: Sequence[np.ndarray]) -> float:
+        """A lower bound of ``_replay_wall(plan, steps)``: each rollout at least its makespan
+        lower bound (``sim.bounds``), each training stage and weight sync exactly what the
+        replay charges with noise off (``StepCosts``), and in async mode the best overlap (the
+        rollouts back to back, or the training chain back to back)."""
+        sc = self.costs.step
+        tp = plan.instances[0].tp if plan.instances else 1
+        rolls = [step_bound(s, lat, self.costs, [tp], plan.n_rollout_gpus).bound_s for s, lat in zip(steps, lats)]
+        gpus = sc.train_gpus(self.cluster.n_gpus, plan.n_train_gpus, plan.colocated, plan.instances)
+        over = (sc.colocated_overhead_s(plan.train, plan.instances) if plan.colocated
+                else sc.weight_sync_s(plan.train, plan.instances, gpus))
+        trains = []
+        for s in steps:
+            tot = s.total_tokens
+            seq = int(round(float(tot.mean()))) if s.n else 1
+            trains.append(sc.train_s(plan.train, int(tot.sum()), seq, self.kl) + sc.step_fixed_s(s.n) + over)
+        if plan.mode == "async":
+            return max(sum(rolls) + trains[-1], rolls[0] + sum(trains))
+        return sum(rolls) + sum(trains)
+
+
+def _steps_digest(steps: Sequence[StepArrays]) -> str:
+    """A digest of what a replay of ``steps`` depends on (the cache key of a hindsight replay)."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for s in steps:
+        h.update(str((s.step, s.n)).encode())
+        for arr in (s.prompt_tokens, s.total_tokens, s.total_gen_tokens, s.tool_code):
+            h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+def _plan_key(plan: Plan) -> tuple[object, ...]:
+    """What makes two fixed plans replay the same."""
+    return (plan.n_rollout_gpus, plan.n_train_gpus, plan.train, plan.instances, plan.colocated, plan.mode,
+            plan.max_staleness, plan.streaming)
 
 
 class _FixedPlan:
@@ -395,28 +523,49 @@ def verl_colocated(cluster: ClusterSpec, **opts: Any) -> StaticPolicy:
     pins = Pins.from_opts(opts)
     if pins.split is not None:
         raise UserError("verl-colocated uses every GPU for both stages; --split does not apply")
-    return StaticPolicy("verl-colocated", cluster, _costs(cluster, opts), pins, colocated=True, mode="sync", staleness=0,
-                        kl=bool(opts.get("kl")), seed=int(opts.get("seed", 0)))
+    return StaticPolicy("verl-colocated", cluster, _costs(cluster, opts), pins, colocated=True, modes=("sync",), staleness=0,
+                        kl=bool(opts.get("kl")), seed=int(opts.get("seed", 0)), sim_config=opts.get("sim_config"))
+
+
+def _class(opts: dict[str, Any]) -> int:
+    """The staleness class K of the replay (``max_staleness``; callers written before the class
+    existed pass only ``staleness``)."""
+    k = opts.get("max_staleness")
+    if k is None:
+        k = opts.get("staleness") if opts.get("mode") == "async" else 0
+    return max(0, int(k or 0))
 
 
 def verl_static_uniform(cluster: ClusterSpec, **opts: Any) -> StaticPolicy:
-    """A fixed rollout/training split with uniform TP, least-loaded routing, synchronous."""
-    return StaticPolicy("verl-static-uniform", cluster, _costs(cluster, opts), Pins.from_opts(opts), colocated=False, mode="sync",
-                        staleness=0, kl=bool(opts.get("kl")), seed=int(opts.get("seed", 0)))
+    """A fixed rollout/training split with uniform TP, least-loaded routing: synchronous, or with
+    K >= 1 verl's one-step-off async (staleness 1) when its estimate is faster."""
+    k = _class(opts)
+    modes = (opts["mode"],) if opts.get("mode") else (("sync", "async") if k >= 1 else ("sync",))
+    return StaticPolicy("verl-static-uniform", cluster, _costs(cluster, opts), Pins.from_opts(opts), colocated=False, modes=modes,
+                        staleness=int(opts.get("staleness") or 1) if k >= 1 else 0, kl=bool(opts.get("kl")),
+                        seed=int(opts.get("seed", 0)), sim_config=opts.get("sim_config"))
 
 
 def areal_static_optimal(cluster: ClusterSpec, **opts: Any) -> StaticPolicy:
-    """The best fixed split and TP in hindsight over the whole trace, async with staleness 1."""
+    """The best fixed (split, TP) in hindsight over the whole trace, asynchronous at the class's
+    staleness K (>= 1: ``MIN_STALENESS``)."""
     trace = opts.get("trace_steps")
     if not trace:
         raise UserError("areal-static-optimal searches in hindsight and needs the replayed trace (trace_steps)")
-    return StaticPolicy("areal-static-optimal", cluster, _costs(cluster, opts), Pins.from_opts(opts), colocated=False, mode="async",
-                        staleness=int(opts.get("staleness") or 1), kl=bool(opts.get("kl")), hindsight=trace,
-                        seed=int(opts.get("seed", 0)))
+    # the replay API always passes the class; a direct call without it means the legacy K = 1
+    k = int(opts["max_staleness"]) if opts.get("max_staleness") is not None else max(1, int(opts.get("staleness") or 1))
+    if k < MIN_STALENESS["areal-static-optimal"]:
+        raise UserError("areal-static-optimal is asynchronous by design and runs only with --max-staleness >= 1 "
+                        "(this replay's staleness class is K=0: on-policy)")
+    modes = (opts["mode"],) if opts.get("mode") else ("async",)
+    return StaticPolicy("areal-static-optimal", cluster, _costs(cluster, opts), Pins.from_opts(opts), colocated=False, modes=modes,
+                        staleness=int(opts.get("staleness") or k), kl=bool(opts.get("kl")), hindsight=trace,
+                        seed=int(opts.get("seed", 0)), sim_config=opts.get("sim_config"))
 
 
-#: name -> factory(cluster, **opts); opts: costs (SimCosts), seed, kl, staleness, trace_steps
-#: (hindsight only) and the pins of ``Pins``.
+#: name -> factory(cluster, **opts); opts: costs (SimCosts), seed, kl, max_staleness (the class
+#: K), staleness (the async bound to run with, <= K), mode (a loop override), sim_config (the
+#: replay's ``SimConfig``), trace_steps (hindsight only) and the pins of ``Pins``.
 BASELINES = {
     "verl-colocated": verl_colocated,
     "verl-static-uniform": verl_static_uniform,

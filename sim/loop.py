@@ -1,6 +1,8 @@
 """The RL loop on the simulated cluster: plan, rollout, train, sync, step after step.
 
-Modes:
+Modes (the plan's ``mode``/``streaming``/``max_staleness``: the policy chooses its loop within the
+staleness class ``SimConfig.max_staleness`` K the user allows; ``SimConfig.mode``/``streaming``
+override it, checked against K):
 
 * **sync** (on-policy): rollout of step j starts when step j-1's weights are synced; then
   training of j, then weight sync. Colocated plans (verl's hybrid engine) run rollout on every
@@ -69,10 +71,19 @@ class Fault:
 
 @dataclass(frozen=True)
 class SimConfig:
-    """How to replay (everything but the policy and the trace)."""
+    """How to replay (everything but the policy and the trace).
+
+    ``max_staleness`` is the staleness class K: how many weight versions behind the rollout may
+    run, what the RL algorithm tolerates (0: on-policy). Every policy runs within it; a plan that
+    asks for more is a ``SimulationError``. ``None`` (callers written before the class existed)
+    means 0, or, with the ``mode="async"`` override, ``staleness`` (default 1). ``mode`` and
+    ``streaming`` override the plan's loop (None: the plan's own); async with K = 0, streaming
+    with async, and a ``staleness`` above K are ``UserError``s (``check``).
+    """
 
     mode: str | None = None  # "sync" | "async" | None: the plan's own mode
-    staleness: int | None = None  # async: None = the plan's max_staleness (at least 1)
+    staleness: int | None = None  # async: None = the plan's max_staleness (at most K)
+    max_staleness: int | None = None  # the staleness class K (see the class docstring)
     kl: float = 0.0
     kv_mode: str = "keep"
     seed: int = 0
@@ -80,17 +91,40 @@ class SimConfig:
     mini_batches: int = 4
     faults: tuple[Fault, ...] = ()
     gantt_step: int | None = None  # trace step number whose instance Gantt to record
-    streaming: bool = False  # sync mode: train on completed groups while the tail runs
+    streaming: bool | None = None  # sync mode: train on completed groups while the tail runs (None: the plan's)
+
+    @property
+    def staleness_class(self) -> int:
+        """K (see the class docstring)."""
+        if self.max_staleness is not None:
+            return int(self.max_staleness)
+        if self.mode == "async":
+            return int(self.staleness) if self.staleness is not None else 1
+        return 0
+
+    def check(self) -> None:
+        """The one-line errors of an override the staleness class does not allow."""
+        k = self.staleness_class
+        if k < 0:
+            raise UserError(f"--max-staleness must be >= 0, got {k}")
+        if self.mode not in (None, "sync", "async"):
+            raise UserError(f"--mode must be sync or async, got {self.mode!r}")
+        if self.staleness is not None and self.staleness < 0:
+            raise UserError(f"--staleness must be >= 0, got {self.staleness}")
+        if self.mode == "async" and k < 1:
+            raise UserError("--mode async needs --max-staleness K >= 1 (the staleness the RL algorithm tolerates); "
+                            "with K = 0 only on-policy loops run (sync, --streaming)")
+        if self.staleness is not None and self.staleness > k:
+            raise UserError(f"--staleness {self.staleness} exceeds --max-staleness {k}; raise --max-staleness or lower --staleness")
+        if self.streaming and self.mode == "async":
+            raise UserError("--streaming is a synchronous loop (mini-batches of the step's own rollout); drop --mode async or --streaming")
 
 
 class Simulator:
     """Replays ``steps`` under ``policy`` on ``cluster``; ``run()`` returns a ``RunResult``."""
 
     def __init__(self, steps: Sequence[StepArrays], policy: Policy, cluster: ClusterSpec, costs: SimCosts, config: SimConfig) -> None:
-        if config.mode not in (None, "sync", "async"):
-            raise UserError(f"--mode must be sync or async, got {config.mode!r}")
-        if config.staleness is not None and config.staleness < 0:
-            raise UserError(f"--staleness must be >= 0, got {config.staleness}")
+        config.check()
         if config.kv_mode not in ("keep", "release"):
             raise UserError(f"--tool-kv must be keep or release, got {config.kv_mode!r}")
         self.steps = list(steps)
@@ -156,15 +190,19 @@ class Simulator:
         self._prev_plan: Plan | None = None
         self._transitions: list[Transition] = [Transition()] * n
         self._charged: list[list[float]] = [[0.0, 0.0] for _ in range(n)]  # transition charged: rollout side, training side
+        self._step_loop: list[tuple[str, int]] = [("sync", 0)] * n  # (loop that ran, staleness)
         self._progress = progress
         self._done = 0
-        self.result = RunResult(policy=getattr(self.policy, "name", "?"), mode="")
+        self.result = RunResult(policy=getattr(self.policy, "name", "?"), mode="", max_staleness=self.cfg.staleness_class)
+        self._loops: list[str] = []
         env.process(self._driver())
         env.run()
         missing = [self.steps[j].step for j in range(n) if self.metrics[j] is None]
         if missing:
             raise SimulationError(f"replay stalled: steps {missing[:5]} never finished (a plan kept GPUs booked?)")
         self.result.steps = [m for m in self.metrics if m is not None]
+        self.result.mode = "/".join(dict.fromkeys(self._loops))  # the loop(s) that ran, in order of first use
+        self.result.staleness = max((m.staleness for m in self.result.steps), default=0)
         self.result.wall_s = env.now
         return self.result
 
@@ -175,9 +213,14 @@ class Simulator:
                 yield self.rollout_done[j - 1]
             plan = self.policy.plan(self.cluster, tuple(self.history), step.prompt_tokens.copy())
             mode = self.cfg.mode or plan.mode
-            self.result.mode = mode
+            if mode not in ("sync", "async"):
+                raise SimulationError(f"policy {self.result.policy}: plan mode {mode!r} is neither sync nor async")
+            k_class = self.cfg.staleness_class
             if mode == "async":
                 k = self.cfg.staleness if self.cfg.staleness is not None else max(1, plan.max_staleness)
+                if k > k_class or k < 1:
+                    raise SimulationError(f"policy {self.result.policy} planned async with staleness {k}, outside the staleness "
+                                          f"class K={k_class} (--max-staleness)")
             else:
                 k = 0
             if j - 1 - k >= 0:
@@ -195,7 +238,11 @@ class Simulator:
             pool = None if plan.colocated else self.policy.pool(plan)
             lat = resolve_latencies(step, self.cfg.seed)
             total = step.total_tokens
-            streaming = self.cfg.streaming and mode == "sync" and not plan.colocated
+            want_stream = plan.streaming if self.cfg.streaming is None else self.cfg.streaming
+            streaming = bool(want_stream) and mode == "sync" and not plan.colocated
+            loop = "async" if mode == "async" else ("sync+streaming" if streaming else "sync")
+            self._loops.append(loop)
+            self._step_loop[j] = (loop, k)
             feed = Feed(env, step.n, float(total.sum()), self.cfg.mini_batches) if streaming else None
             job = TrainJob(
                 env, plan.train, train_gpus, int(total.sum()), int(round(float(total.mean()))) if step.n else 1,
@@ -418,6 +465,9 @@ class Simulator:
             rollout_tps="/".join(f"{tp}x{tps.count(tp)}" for tp in sorted(set(tps))),
             predicted_rollout_s=plan.predicted_rollout_s,
             predicted_train_s=plan.predicted_train_s,
+            predicted_step_s=plan.predicted_step_s,
+            mode=self._step_loop[j][0],
+            staleness=self._step_loop[j][1],
             mean_reward=float(reward.mean()) if len(reward) else float("nan"),
             peak_kv_fraction=rs.peak_kv_fraction,
         )

@@ -74,6 +74,9 @@ class StepMetrics:
     peak_kv_fraction: float
     transition_s: float = 0.0
     prep_s: float = 0.0
+    predicted_step_s: float = float("nan")  # the plan's (its chosen loop's prediction)
+    mode: str = "sync"  # the loop this step ran: sync, sync+streaming or async
+    staleness: int = 0  # async: how many weight versions its rollout could lag (0: on-policy)
 
     @property
     def makespan_over_bound(self) -> float:
@@ -91,12 +94,18 @@ class RunResult:
     """One policy replayed over a trace."""
 
     policy: str
+    #: the loop(s) that ran: ``sync``, ``sync+streaming``, ``async``, or several joined by "/" in
+    #: order of first use when the plan changed loop between steps
     mode: str
     steps: list[StepMetrics] = field(default_factory=list)
     wall_s: float = 0.0  # simulated time at the end of the last step
     gantt: list[tuple[int, int, float, float, int]] = field(default_factory=list)
     gantt_step: int | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    #: the staleness class K the run was allowed (``--max-staleness``; 0: on-policy)
+    max_staleness: int = 0
+    #: the largest staleness any step actually ran with (0 unless a step ran async)
+    staleness: int = 0
 
     @property
     def gen_tokens(self) -> int:
@@ -141,4 +150,7 @@ class RunResult:
             "train_s": [s.train_s for s in self.steps],
             "completed": self.completed,
             "expected": self.expected,
+            "max_staleness": self.max_staleness,
+            "mode": self.mode,
+            "staleness": self.staleness,
         }

@@ -2,10 +2,14 @@
 core's (``libra.policies.POLICIES``: Libra and its ablations), by name.
 
 Factories have one shape, ``(cluster: ClusterSpec, **opts) -> Policy``. ``resolve`` takes the
-simulator's option names (``costs``, ``seed``, ``kl``, ``staleness``, ``mode``, ``trace_steps``
-and the baseline pins) and hands each factory the ones it understands: the core policies get
-``ev`` (the shared evaluator), ``seed``, ``kl``, ``max_staleness`` and ``mode``; the pins
-(``split``, ``rollout_tp``...) configure the baselines only.
+simulator's option names (``costs``, ``seed``, ``kl``, ``max_staleness`` (the staleness class K),
+``staleness``, ``mode``, ``streaming``, ``mini_batches``, ``sim_config``, ``trace_steps`` and the
+baseline pins) and hands each factory the ones it understands: the core policies get ``ev`` (the
+shared evaluator), ``seed``, ``kl``, ``max_staleness`` (K), ``mode``, ``streaming`` and
+``mini_batches``; the pins (``split``, ``rollout_tp``...) configure the baselines only.
+
+Every policy runs within the staleness class K; ``min_staleness(name)`` is the smallest K a
+policy runs in at all (``areal-static-optimal`` is asynchronous by design: 1).
 """
 
 from __future__ import annotations
@@ -70,10 +74,13 @@ def _core_opts(opts: dict[str, Any]) -> dict[str, Any]:
     for k in ("seed", "kl"):
         if opts.get(k) is not None:
             out[k] = opts[k]
-    if opts.get("staleness") is not None:
+    if opts.get("max_staleness") is not None:
+        out["max_staleness"] = int(opts["max_staleness"])
+    elif opts.get("staleness") is not None:  # callers written before the class existed
         out["max_staleness"] = opts["staleness"]
-    if opts.get("mode") is not None:
-        out["mode"] = opts["mode"]
+    for k in ("mode", "streaming", "mini_batches"):
+        if opts.get(k) is not None:
+            out[k] = opts[k]
     try:
         from libra.policies import OPTIONS  # type: ignore[import-not-found]
 
@@ -81,6 +88,14 @@ def _core_opts(opts: dict[str, Any]) -> dict[str, Any]:
     except ImportError:
         pass
     return out
+
+
+def min_staleness(name: str) -> int:
+    """The smallest staleness class K the policy ``name`` runs in (0 for every policy that can
+    run on-policy; a baseline asynchronous by design says more)."""
+    from sim.baselines import MIN_STALENESS
+
+    return int(MIN_STALENESS.get(name, 0))
 
 
 def resolve(name: str, cluster: ClusterSpec, **opts: Any) -> Policy:

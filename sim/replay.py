@@ -19,7 +19,7 @@ from libra.trace.columnar import StepArrays
 from sim.costs import SimCosts, load_costs
 from sim.loop import SimConfig, Simulator
 from sim.metrics import RunResult
-from sim.policies import resolve
+from sim.policies import min_staleness, resolve
 
 
 def parse_step_range(text: str | None) -> tuple[int | None, int | None]:
@@ -62,14 +62,25 @@ def replay_policy(
     **opts: Any,
 ) -> RunResult:
     """Replay ``steps`` under the policy named ``policy``. ``opts`` go to the policy factory
-    (pins such as ``split=(24, 24)``, ``rollout_tp``...); ``seed``, ``kl`` and ``staleness`` are
-    passed to it from ``config`` too. Without ``costs``, they are loaded for the cluster's GPU and
+    (pins such as ``split=(24, 24)``, ``rollout_tp``...); ``seed``, ``kl``, the staleness class
+    ``max_staleness`` (``SimConfig.staleness_class``: every policy chooses its loop within it)
+    and the loop overrides (``mode``, ``staleness``, ``streaming``) are passed to it from
+    ``config`` too. A policy that cannot run in the class (``sim.policies.min_staleness``) is a
+    ``UserError``. The result carries the class (``RunResult.max_staleness``) and the loop that
+    ran (``RunResult.mode``). Without ``costs``, they are loaded for the cluster's GPU and
     model, fitted on ``calibration`` (a ``libra-calibrate fit`` file) when given, with the
     cluster's engine profile (``ClusterSpec.engine``)."""
     config = config or SimConfig()
+    config.check()
+    k = config.staleness_class
+    need = min_staleness(policy)
+    if k < need:
+        raise UserError(f"{policy} is asynchronous by design and runs only with --max-staleness >= {need} "
+                        f"(this replay's staleness class is K={k}: on-policy)")
     costs = costs or load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, calibration, engine=cluster.engine)
     pol = resolve(policy, cluster, costs=costs, seed=config.seed, kl=config.kl, staleness=config.staleness,
-                  mode=config.mode, trace_steps=list(steps), **opts)
+                  max_staleness=k, mode=config.mode, streaming=config.streaming, mini_batches=config.mini_batches,
+                  sim_config=config, trace_steps=list(steps), **opts)
     sim = Simulator(steps, pol, cluster, costs, config)
     res = sim.run(progress)
     first = res.steps[0] if res.steps else None

@@ -20,15 +20,40 @@ def _fmt(x: float, digits: int = 1) -> str:
     return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:,.{digits}f}"
 
 
+def baseline_names() -> frozenset[str]:
+    """The simulator's baselines (what a Libra policy is measured against)."""
+    from sim.baselines import BASELINES
+
+    return frozenset(BASELINES)
+
+
+def best_baseline(results: Sequence[RunResult], max_staleness: int) -> RunResult | None:
+    """The baseline of staleness class ``max_staleness`` with the shortest mean step (None: none ran)."""
+    base = [r for r in results if r.policy in baseline_names() and r.max_staleness == max_staleness and r.steps]
+    return min(base, key=lambda r: r.mean_step_s, default=None)
+
+
+def vs_best_baseline(result: RunResult, results: Sequence[RunResult]) -> float:
+    """The best same-class baseline's mean step over ``result``'s (> 1: ``result`` is faster);
+    NaN for a baseline itself or when no baseline of its class ran."""
+    if result.policy in baseline_names() or not result.steps or result.mean_step_s <= 0:
+        return float("nan")
+    best = best_baseline(results, result.max_staleness)
+    return best.mean_step_s / result.mean_step_s if best is not None else float("nan")
+
+
 def summary_table(results: Sequence[RunResult], title: str, n_gpus: int | None = None) -> Any:
     """A rich Table with one row per policy. A colocated plan (rollout and training on the same
     GPUs) shows as ``N coloc``: told by the policy's note, or, given ``n_gpus``, by a split that
-    books more GPUs than the cluster has (Libra's colocated plans printed as 48:48 on 48 GPUs)."""
+    books more GPUs than the cluster has (Libra's colocated plans printed as 48:48 on 48 GPUs).
+    ``K`` is the staleness class the policy ran in (``--max-staleness``), ``mode`` the loop that
+    ran (``async K=k`` with the staleness it used), ``vs best base`` the best baseline of the same
+    class's mean step over this policy's (> 1: faster than every baseline of its class)."""
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    for col in ("policy", "mode", "split R:T", "rollout TP", "step s", "rollout s", "makespan/LB", "train s",
-                "gen tok/s", "trained tok/s", "preempt", "migr", "done"):
+    for col in ("policy", "K", "mode", "split R:T", "rollout TP", "step s", "rollout s", "makespan/LB", "train s",
+                "gen tok/s", "trained tok/s", "preempt", "migr", "done", "vs best base"):
         t.add_column(col, justify="left" if col in ("policy", "mode", "rollout TP", "split R:T") else "right")
     for r in results:
         s = r.steps
@@ -37,12 +62,14 @@ def summary_table(results: Sequence[RunResult], title: str, n_gpus: int | None =
         split = f"{s[0].n_rollout_gpus}:{s[0].n_train_gpus}" if s else "-"
         if s and (r.notes.get("colocated") or (n_gpus is not None and s[0].n_rollout_gpus + s[0].n_train_gpus > n_gpus)):
             split = f"{s[0].n_rollout_gpus} coloc"
+        mode = r.mode.replace("async", f"async K={r.staleness}") if r.staleness else r.mode
         t.add_row(
-            r.policy, r.mode, split, s[0].rollout_tps if s else "-",
+            r.policy, str(r.max_staleness), mode, split, s[0].rollout_tps if s else "-",
             _fmt(r.mean_step_s), _fmt(sum(x.rollout_makespan_s for x in s) / n),
             _fmt(sum(ratio) / len(ratio), 2) if ratio else "-", _fmt(sum(x.train_s for x in s) / n),
             _fmt(r.throughput_tok_s, 0), _fmt(r.trained_tok_s, 0),
             str(sum(x.preemptions for x in s)), str(sum(x.migrations for x in s)), f"{r.completed}/{r.expected}",
+            (lambda v: f"{v:.2f}x" if math.isfinite(v) else "-")(vs_best_baseline(r, results)),
         )
     return t
 

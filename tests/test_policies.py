@@ -116,7 +116,7 @@ def test_cli_plan_text_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_p
     assert libra_sim(["plan", "--gpus", "16", "--gpu", "a800", "--model", "qwen3-8b", "--prompts", "64"]) == 0
     out = capsys.readouterr().out
     assert "split:" in out and "buckets:" in out and "predicted:" in out
-    assert libra_sim(["plan", "--gpus", "16", "--model", "qwen3-8b", "--prompts", "64", "--mode", "async", "--json"]) == 0
+    assert libra_sim(["plan", "--gpus", "16", "--model", "qwen3-8b", "--prompts", "64", "--mode", "async", "--max-staleness", "1", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["split"]["rollout_gpus"] + doc["split"]["train_gpus"] == 16
     assert doc["mode"] == "async" and doc["buckets"][-1]["max_context"] is None

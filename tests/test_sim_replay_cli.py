@@ -33,7 +33,9 @@ def test_replay_json_has_the_documented_shape(tmp_path: Path, capsys: pytest.Cap
     assert set(doc) == {"trace", "gpus", "gpu", "model", "policies"}
     assert doc["gpus"] == 16 and doc["gpu"] == "a800"
     p = doc["policies"]["verl-static-uniform"]
-    assert set(p) == {"throughput_tok_s", "mean_step_s", "rollout_makespan_s", "lower_bound_s", "train_s", "completed", "expected"}
+    assert set(p) == {"throughput_tok_s", "mean_step_s", "rollout_makespan_s", "lower_bound_s", "train_s", "completed", "expected",
+                      "max_staleness", "mode", "staleness"}
+    assert p["max_staleness"] == 0 and p["staleness"] == 0 and p["mode"] in ("sync", "sync+streaming")
     assert p["completed"] == p["expected"] == 48
     assert len(p["rollout_makespan_s"]) == 2
     assert all(m >= lb * 0.9 for m, lb in zip(p["rollout_makespan_s"], p["lower_bound_s"]))
@@ -44,7 +46,7 @@ def test_compare_out_dir_writes_csv_and_plots(tmp_path: Path) -> None:
     tr = _trace(tmp_path / "t.jsonl", steps=2, n=16)
     out = tmp_path / "out"
     rc = main(["replay", str(tr), "--gpus", "16", "--compare", "--policies", "verl-colocated,areal-static-optimal",
-               "--out", str(out), "--steps", "0:2"])
+               "--out", str(out), "--steps", "0:2", "--max-staleness", "1"])  # areal is async by design: class K >= 1
     assert rc == 0
     for f in ("steps.csv", "step_breakdown.png", "throughput.png", "reward_vs_time.png", "gantt.png"):
         assert (out / f).stat().st_size > 0

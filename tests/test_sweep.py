@@ -98,12 +98,13 @@ def test_expansion_and_staleness_classes(tmp_path: Path) -> None:
     assert [c.id for c in grid.configurations] == ["swe/c8/K0/s0", "swe/c8/K1/s0"]
     sync, asyn = grid.configurations
     assert sync.policies == ("libra", "verl-colocated", "verl-static-uniform")
-    assert asyn.policies == ("libra", "verl-static-uniform")  # colocated cannot run async: not in the class
-    assert not runs_in_class("verl-colocated", 1) and runs_in_class("verl-colocated", 0)
+    assert asyn.policies == ("libra", "verl-colocated", "verl-static-uniform")  # a sync policy runs in every class
+    assert runs_in_class("verl-colocated", 1) and runs_in_class("verl-colocated", 0)  # sync runs in every class
+    assert not runs_in_class("areal-static-optimal", 0) and runs_in_class("areal-static-optimal", 1)  # async by design
     from sim.loop import SimConfig
 
-    assert (class_config(SimConfig(), 0).mode, class_config(SimConfig(), 0).staleness) == ("sync", 0)
-    assert (class_config(SimConfig(), 2).mode, class_config(SimConfig(), 2).staleness) == ("async", 2)
+    assert class_config(SimConfig(), 0).staleness_class == 0 and class_config(SimConfig(), 0).mode is None
+    assert class_config(SimConfig(), 2).staleness_class == 2 and class_config(SimConfig(mode="async"), 2).mode is None
 
 
 # ---------------------------------------------------------------- hashing

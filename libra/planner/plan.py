@@ -62,6 +62,13 @@ class Plan:
     hybrid engine): then ``n_rollout_gpus`` is the cluster size and ``n_train_gpus`` too, unless
     the training backend uses fewer (``ClusterSpec.max_train_gpus``): training then runs on the
     first ``n_train_gpus`` of them.
+
+    The loop the step runs in is part of the plan, because the fastest split depends on it:
+    ``mode`` "sync" (on-policy; with ``streaming`` the training starts on mini-batches of
+    finished GRPO groups while the rollout's tail runs, still on-policy) or "async" (the rollout
+    runs ahead of training by at most ``max_staleness`` weight versions, >= 1; 0 for sync plans).
+    A backend runs the mode the plan says (the simulator's ``--mode``/``--streaming`` only
+    override it within the staleness the user allowed).
     """
 
     n_rollout_gpus: int
@@ -71,6 +78,7 @@ class Plan:
     buckets: tuple[Bucket, ...]
     mode: LoopMode = "sync"
     max_staleness: int = 0
+    streaming: bool = False
     colocated: bool = False
     predicted_rollout_s: float = float("nan")
     predicted_train_s: float = float("nan")

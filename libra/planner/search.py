@@ -25,9 +25,27 @@ split or leaf is provably no better than the incumbent. For each visited ``n_tra
   across steps whose statistics did not change), predicting ``rollout_s``;
 * weight sync ``sync_s`` from the training to the rollout instances (NVLink when the training
   GPUs, placed as the simulator places them, and every instance share one NVLink domain);
-* step time ``rollout_s + train_s + sync_s`` (synchronous) or ``max(rollout_s, train_s) + sync_s``
-  (asynchronous: step k's rollout overlaps step k-1's training, staleness ``max_staleness``),
-  ``train_s`` including the per-sample bookkeeping between the stages.
+* the step time of every loop mode the user allows (``loop_modes``; ``train_s`` includes the
+  per-sample bookkeeping between the stages), and the fastest one is the candidate's:
+
+  - **sync**: ``rollout_s + train_s + sync_s``;
+  - **sync + streaming** (``streaming_step_s``): mini-batch ``m`` of ``M`` (the simulator's
+    ``mini_batches``) trains once the first ``(m+1)/M`` of the trajectories have finished, each
+    costing its share of the step's trained tokens; trajectories are predicted to finish in
+    order of final length at ``rollout_s * length / longest`` (a batch drains at a roughly
+    constant per-token rate), from the statistics' pooled final lengths. The last mini-batch
+    waits for the rollout's end, so the step is ``rollout_s`` + the training tail after the
+    last group + ``sync_s`` when training keeps up, and longer when it does not. Still
+    on-policy (the rollout weights stay at the step's version until the sync);
+  - **async** (only when ``max_staleness`` K >= 1): ``max(rollout_s, train_s + sync_s)``, the
+    steady state of the simulator's loop, where rollout j+1 starts when rollout j ends and step
+    j-K's weights are synced, and training j when rollout j and the sync of j-1 are done: the
+    longer of the rollout and the training-plus-sync chain sets the pace. Every K >= 1 predicts
+    the same; the plan runs at K (more room for a slow step to be absorbed, never slower).
+
+  Ties go to the mode with less staleness (sync, then streaming, then async). ``SearchOptions``
+  ``mode``/``streaming`` pin the mode instead (``libra-sim replay --mode/--streaming``; asking
+  for async with K = 0 is a ``UserError``).
 
 Every non-rollout term comes from ``StepCosts`` (``libra.planner.step_costs``), the price list
 the simulator charges with, so a replay with noise off charges exactly these predictions.
@@ -99,8 +117,10 @@ class SearchOptions:
     """Knobs of the search. ``tps``: rollout TP degrees allowed (None: every valid one);
     ``max_buckets`` 1 gives a homogeneous layout (one TP, one bucket)."""
 
-    mode: LoopMode = "sync"
-    max_staleness: int = 0
+    mode: LoopMode | None = None  # None: the fastest loop the staleness class allows; else pinned
+    max_staleness: int = 0  # K, the staleness the RL algorithm tolerates: 0 on-policy, >= 1 async allowed
+    streaming: bool | None = None  # sync mode: None choose, True always stream (split plans), False never
+    mini_batches: int = 4  # optimizer steps per RL step (what a streamed mini-batch is; the simulator's --mini-batches)
     tps: tuple[int, ...] | None = None
     max_buckets: int = DEFAULT_MAX_BUCKETS
     window: int = 3
@@ -108,6 +128,34 @@ class SearchOptions:
     unit: int | None = None  # outer-loop step; None: train_unit()
     colocated: bool = True  # sync mode: also price the time-shared (verl-style) plan
     amortize_steps: float = 4.0  # a transition is charged 1/amortize_steps per step (see module doc)
+
+    def __post_init__(self) -> None:
+        if self.max_staleness < 0:
+            raise UserError(f"max_staleness must be >= 0, got {self.max_staleness}")
+        if self.mode not in (None, "sync", "async"):
+            raise UserError(f"mode must be sync or async, got {self.mode!r}")
+        if self.mode == "async" and self.max_staleness < 1:
+            raise UserError("async mode needs a staleness bound of at least 1 (--max-staleness K): "
+                            "with max_staleness 0 only on-policy (sync, sync + streaming) loops are allowed")
+        if self.mode == "async" and self.streaming:
+            raise UserError("streaming is a synchronous mode (mini-batches of the step's own rollout); it cannot be combined with async")
+
+    def loop_modes(self) -> tuple[tuple[LoopMode, bool], ...]:
+        """The (mode, streaming) loops the search prices for a split plan, least staleness first."""
+        out: list[tuple[LoopMode, bool]] = []
+        if self.mode in (None, "sync"):
+            if self.streaming is not True:
+                out.append(("sync", False))
+            if self.streaming is not False:
+                out.append(("sync", True))
+        if self.mode in (None, "async") and self.max_staleness >= 1 and not self.streaming:
+            out.append(("async", False))
+        return tuple(out)
+
+    @property
+    def sync_allowed(self) -> bool:
+        """Whether a synchronous loop is among the allowed ones (the time-shared plan is sync only)."""
+        return self.mode in (None, "sync")
 
 
 @dataclass(frozen=True)
@@ -122,23 +170,65 @@ class Candidate:
     transition_s: float
     step_s: float
     colocated: bool = False  # time-shared: rollout on every GPU, then training on every GPU
+    mode: LoopMode = "sync"
+    streaming: bool = False
+    mode_step_s: dict[str, float] = field(default_factory=dict)  # every allowed loop's predicted step (no transition)
 
     @property
     def idle_rollout_gpus(self) -> int:
         """Rollout GPUs no instance uses (a TP degree that does not tile the share)."""
         return self.rollout.n_gpus - sum(i.tp for i in self.rollout.instances)
 
-    def rank(self) -> tuple[float, int, int]:
-        """Order of preference: predicted step time, then no idle rollout GPUs, then more
-        training GPUs (ties happen in async mode, where the longer stage hides the other)."""
-        return (self.step_s, self.idle_rollout_gpus, -self.n_train)
+    @property
+    def loop(self) -> str:
+        """The loop's name: ``sync``, ``sync+streaming`` or ``async``."""
+        return loop_name(self.mode, self.streaming)
+
+    def rank(self) -> tuple[float, int, int, int]:
+        """Order of preference: predicted step time, then the loop with less staleness (sync,
+        streaming, async), then no idle rollout GPUs, then more training GPUs (ties happen in
+        async mode, where the longer stage hides the other)."""
+        return (self.step_s, LOOP_ORDER[self.loop], self.idle_rollout_gpus, -self.n_train)
+
+
+#: Preference among equally fast loops: the least staleness and machinery first.
+LOOP_ORDER = {"sync": 0, "sync+streaming": 1, "async": 2}
+
+
+def loop_name(mode: str, streaming: bool) -> str:
+    """``sync``, ``sync+streaming`` or ``async`` (the name reports and result rows use)."""
+    return "async" if mode == "async" else ("sync+streaming" if streaming else "sync")
 
 
 def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float) -> float:
-    """Predicted step time of the two loop modes (see the module docstring)."""
+    """Predicted step time of the plain loops (see the module docstring): sync adds the stages,
+    async overlaps the rollout with the previous step's training and weight sync."""
     if mode == "async":
-        return max(rollout_s, train_s) + sync_s
+        return max(rollout_s, train_s + sync_s)
     return rollout_s + train_s + sync_s
+
+
+def streaming_step_s(rollout_s: float, train_s: float, sync_s: float, final_context: np.ndarray, mini_batches: int) -> float:
+    """Predicted step of sync + streaming (see the module docstring): mini-batch ``m`` is ready
+    when the ``ceil((m+1) n / M)``-th shortest trajectory (by final length, the trained tokens
+    it carries) has finished, at ``rollout_s * its length / the longest``; the last one at
+    ``rollout_s``. It trains for its token share of ``train_s`` once it is ready and the
+    previous one is done. Without length statistics nothing overlaps (= sync)."""
+    fc = np.sort(np.asarray(final_context, dtype=np.float64))
+    m_total = max(1, int(mini_batches))
+    if len(fc) == 0 or m_total == 1 or fc[-1] <= 0:
+        return rollout_s + train_s + sync_s
+    n = len(fc)
+    cum = np.cumsum(fc)
+    t = 0.0
+    prev = 0.0
+    for m in range(m_total):
+        idx = min(n, -(-(m + 1) * n // m_total)) - 1
+        ready = rollout_s if m == m_total - 1 else rollout_s * fc[idx] / fc[-1]
+        share = (cum[idx] - prev) / cum[-1]
+        prev = cum[idx]
+        t = max(t, ready) + train_s * share
+    return t + sync_s
 
 
 @dataclass
@@ -226,6 +316,9 @@ class Planner:
         N = self.cluster.n_gpus
         state = {"incumbent": float("inf"), "skipped": 0, "last_tree": None}
         visited: set[int] = set()
+        loops = self.options.loop_modes()
+        overlap = any(m == "async" or st for m, st in loops)  # a loop where training may hide under the rollout
+        finals = stats.final_context
 
         def visit(grid: list[int]) -> None:
             visited.update(grid)
@@ -235,7 +328,7 @@ class Planner:
                 assert ro is not None
                 incumbent = state["incumbent"]
                 # bound: what the training stage may still take for this split to beat the incumbent
-                budget = incumbent - (ro.makespan_s if self.options.mode == "sync" else 0.0) - fixed
+                budget = incumbent - (0.0 if overlap else ro.makespan_s) - fixed
                 if budget <= 0 or ro.makespan_s >= incumbent:
                     state["skipped"] += 1
                     continue
@@ -245,11 +338,24 @@ class Planner:
                     state["skipped"] += tree.budget_s != float("inf")
                     continue
                 sync = weight_sync_s(self.step_costs, self.cluster, n_train, tree.best, ro.instances)
-                trans = transition_s(self.step_costs, self.cluster, current, n_train, tree.best, ro.instances, self.options.mode)
                 train_s = tree.best_time_s + fixed
-                st = step_time(self.options.mode, ro.makespan_s, train_s, sync) + trans / self.options.amortize_steps
-                cands.append(Candidate(n_train, tree.best, train_s, ro, sync, trans, st))
-                state["incumbent"] = min(incumbent, st)
+                best_c: Candidate | None = None
+                per_loop: dict[str, float] = {}
+                for mode, streaming in loops:
+                    if streaming:
+                        base = streaming_step_s(ro.makespan_s, train_s, sync, finals, self.options.mini_batches)
+                    else:
+                        base = step_time(mode, ro.makespan_s, train_s, sync)
+                    per_loop[loop_name(mode, streaming)] = float(base)
+                    trans = transition_s(self.step_costs, self.cluster, current, n_train, tree.best, ro.instances, mode)
+                    st = base + trans / self.options.amortize_steps
+                    c = Candidate(n_train, tree.best, train_s, ro, sync, trans, st, mode=mode, streaming=streaming, mode_step_s=per_loop)
+                    if best_c is None or c.rank() < best_c.rank():
+                        best_c = c
+                if best_c is None:
+                    continue
+                cands.append(best_c)
+                state["incumbent"] = min(incumbent, best_c.step_s)
 
         coarse = self.options.unit is None and coarse_unit(N, self.cluster.gpus_per_node)
         if coarse:
@@ -260,7 +366,7 @@ class Planner:
                 visit([k for k in self._capped(list(range(max(fine, centre - coarse + fine), min(N, centre + coarse), fine))) if k not in visited])
         else:
             visit(self.n_train_grid())
-        if self.options.mode == "sync" and self.options.colocated:
+        if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
             co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]), fixed)
             if co is not None:
                 cands.append(co)
@@ -290,8 +396,9 @@ class Planner:
         switch = self.step_costs.colocated_overhead_s(tree.best, ro.instances)
         trans = transition_s(self.step_costs, self.cluster, current, n_train, tree.best, ro.instances)
         train_s = tree.best_time_s + fixed
-        st = ro.makespan_s + train_s + switch + trans / self.options.amortize_steps
-        return Candidate(n_train, tree.best, train_s, ro, switch, trans, st, colocated=True)
+        base = ro.makespan_s + train_s + switch
+        st = base + trans / self.options.amortize_steps
+        return Candidate(n_train, tree.best, train_s, ro, switch, trans, st, colocated=True, mode_step_s={"sync": base})
 
     def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:
         """Splits in the order the outer loop visits them: a good incumbent early makes the
@@ -309,7 +416,9 @@ class Planner:
             r = rollout[n]
             rs = r.makespan_s if r is not None else float("inf")
             ts = t_mid * mid / n
-            return rs + ts if self.options.mode == "sync" else max(rs, ts)
+            return max(rs, ts) if overlap else rs + ts
+
+        overlap = any(m == "async" or st for m, st in self.options.loop_modes())
 
         return [mid] + sorted((n for n in grid if n != mid), key=lambda n: (guess(n), n))
 
@@ -328,8 +437,9 @@ class Planner:
             train=c.train,
             instances=c.rollout.instances,
             buckets=c.rollout.buckets,
-            mode=self.options.mode,
-            max_staleness=self.options.max_staleness if self.options.mode == "async" else 0,
+            mode=c.mode,
+            max_staleness=self.options.max_staleness if c.mode == "async" else 0,
+            streaming=c.streaming,
             predicted_rollout_s=c.rollout.makespan_s,
             predicted_train_s=c.train_s,
             predicted_step_s=c.step_s,
@@ -340,6 +450,9 @@ class Planner:
                 "bucket_times_s": list(c.rollout.bucket_times_s),
                 "sync_s": c.sync_s,  # weight push; for a colocated plan, the two stage switches + the IPC sync
                 "transition_s": c.transition_s,
+                "loop": c.loop,
+                "staleness_class": self.options.max_staleness,
+                "loop_step_s": dict(c.mode_step_s),  # every allowed loop's predicted step for this split
                 "stats_digest": res.stats.digest,
                 "from_prior": res.stats.from_prior,
                 "candidates": len(res.candidates),

@@ -25,7 +25,8 @@ KEYS: dict[str, tuple[Any, str]] = {
     "calibration": (None, "operator calibration file for the cost evaluator (libra-calibrate fit output)"),
     "engine_profile": (None, "inference-engine profile the cost evaluator times rollouts with (vllm-2024, trtllm-2024, "
                              "constants, or a libra-calibrate fit-engine file); default: the calibration's engine entry, "
-                             "else vllm-2024"),
+                             "else the profile of the engine that runs (vllm-2024 for vLLM; constants for the torch "
+                             "engine, which the vLLM fits do not describe)"),
     "address": (None, "Ray cluster address to join (default: start a local Ray)"),
     "policy": ("libra", "resource policy: libra and its ablations, or a simulator baseline (verl-static-uniform, ...)"),
     "split": (None, "pin ROLLOUT:TRAIN devices (e.g. '2:2'); overrides the planner's split"),
@@ -47,6 +48,8 @@ KEYS: dict[str, tuple[Any, str]] = {
     "mini_batches": (2, "optimizer steps per RL step"),
     "streaming": (True, "train each mini-batch as soon as its GRPO groups have finished, while the rollout tail runs (on-policy; "
                         "ignored for colocated plans)"),
+    "max_staleness": (0, "staleness the RL algorithm tolerates (the simulator's --max-staleness); libra-run's loop is on-policy "
+                         "(sync, streamed mini-batches), so only 0 is accepted"),
     "pool_grace_s": (None, "elastic pool: seconds an instance must have been idle before it is lent (default: the pool's, 1.0)"),
     "pool_min_tail_s": (None, "elastic pool: least remaining rollout it assumes while trajectories are unfinished (default: the pool's, 0)"),
     "pool_payoff_factor": (None, "elastic pool: lend only if remaining rollout > factor x role-change round trip (default: the pool's, 1.0)"),
@@ -101,6 +104,7 @@ class RunConfig:
     kl_coef: float = 0.0
     mini_batches: int = 2
     streaming: bool = True
+    max_staleness: int = 0
     pool_grace_s: float | None = None
     pool_min_tail_s: float | None = None
     pool_payoff_factor: float | None = None
@@ -208,6 +212,7 @@ RANGES: dict[str, Range] = {
     "clip": Range(0, 1, lo_open=True),
     "kl_coef": Range(0),
     "mini_batches": _INT1,
+    "max_staleness": Range(0, integer=True),  # and only 0 runs: checked in _check with why
     "pool_grace_s": Range(0),
     "pool_min_tail_s": Range(0),
     "pool_payoff_factor": Range(0),
@@ -254,6 +259,9 @@ def _check(cfg: RunConfig, src: str | dict[str, str]) -> RunConfig:
     for k in ("streaming", "resume", "replay"):
         if not isinstance(getattr(cfg, k), bool):
             raise bad(k, f"must be true or false, got {getattr(cfg, k)!r}")
+    if isinstance(cfg.max_staleness, bool) or not isinstance(cfg.max_staleness, int) or cfg.max_staleness != 0:
+        raise bad("max_staleness", "libra-run's loop is on-policy (sync, with streamed mini-batches); asynchronous RL "
+                                   f"(max_staleness >= 1) is simulated only (libra-sim replay --max-staleness K), got {cfg.max_staleness!r}")
     if cfg.devices_per_node is not None and cfg.devices_per_node > cfg.devices:
         raise bad("devices_per_node", f"must be <= devices ({cfg.devices}), got {cfg.devices_per_node}")
     if not isinstance(cfg.tasks, dict):

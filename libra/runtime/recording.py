@@ -294,7 +294,8 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
     cmd = [sys.executable, "-m", "sim.cli", "replay", trace, "--gpus", str(devices), "--gpus-per-node", str(per_node), "--gpu", gpu,
            "--model", model, "--policy", policy, "--noise", "0", "--out", rdir]
     # batch mode: one mini-batch (the simulator's update time does not depend on the count)
-    cmd += ["--streaming", "--mini-batches", str(max(1, mini_batches))] if streaming else ["--mini-batches", "1"]
+    # the loop the run had, not the replayed policy's own choice (libra-sim lets Libra choose to stream)
+    cmd += ["--streaming", "--mini-batches", str(max(1, mini_batches))] if streaming else ["--no-streaming", "--mini-batches", "1"]
     if max_context:  # the run planned its first step with the prior scaled into its context cap
         cmd += ["--max-context", str(int(max_context))]
     if max_train_gpus:  # the run's training backend uses at most this many devices

@@ -30,7 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", default=None, help="plan from this trace's steps (default: the length prior)")
     parser.add_argument("--step", type=int, default=None, help="step to plan (default: the trace's last); history = steps before it")
     parser.add_argument("--prompts", type=int, default=512, help="trajectories per step without a trace (default 512)")
-    parser.add_argument("--mode", choices=("sync", "async"), default="sync", help="RL loop mode (default sync)")
+    parser.add_argument("--max-staleness", type=int, default=0, metavar="K",
+                        help="the staleness the RL algorithm tolerates (default 0: on-policy); the planner picks the fastest loop "
+                             "it allows: sync, sync + streaming, async up to K")
+    parser.add_argument("--mode", choices=("sync", "async"), default=None,
+                        help="pin the loop instead (default: the planner's choice; async needs --max-staleness >= 1)")
     parser.add_argument("--homogeneous", action="store_true", help="one TP degree, one bucket (the libra-homogeneous planner)")
     parser.add_argument("--max-context", type=int, default=None, metavar="TOKENS",
                         help="a hard context limit of the workload (default: the trace header's declared max_context, as "
@@ -110,7 +114,11 @@ def run(args: argparse.Namespace) -> int:
     limits, limits_text = cluster_limits(header, args.max_context, args.trace or "trace")  # the same reading as libra-sim replay's
     cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node or _node_size(args.gpu or "a800"),
                           engine=args.engine, **limits)
-    opts = SearchOptions(mode=args.mode, max_staleness=1 if args.mode == "async" else 0, max_buckets=1 if args.homogeneous else 2)
+    if args.max_staleness < 0:
+        raise UserError(f"--max-staleness must be >= 0, got {args.max_staleness}")
+    if args.mode == "async" and args.max_staleness < 1:
+        raise UserError("--mode async needs --max-staleness K >= 1 (the staleness the RL algorithm tolerates)")
+    opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2)
     planner = Planner(cluster, options=opts)
     res = planner.search(history, prompts)
     plan = planner.to_plan(res)
@@ -131,7 +139,11 @@ def _as_dict(cluster: Any, plan: Any, n_history: int, n_prompts: int) -> dict[st
         "planned_from": "length prior" if plan.notes.get("from_prior") else f"{n_history} completed step(s)",
         "trajectories": n_prompts,
         "mode": plan.mode,
+        "streaming": plan.streaming,
+        "loop": plan.notes.get("loop", plan.mode),
         "max_staleness": plan.max_staleness,
+        "staleness_class": plan.notes.get("staleness_class", plan.max_staleness),
+        "loop_step_s": plan.notes.get("loop_step_s", {}),
         "split": {"rollout_gpus": plan.n_rollout_gpus, "train_gpus": plan.n_train_gpus},
         "train": {"tp": t.tp, "pp": t.pp, "dp": t.dp, "ep": t.ep, "zero_stage": t.zero_stage, "micro_batch": t.micro_batch, "recompute": t.recompute},
         "buckets": [
@@ -155,7 +167,8 @@ def _as_dict(cluster: Any, plan: Any, n_history: int, n_prompts: int) -> dict[st
 def _print(d: dict[str, Any]) -> None:
     c, p, t = d["cluster"], d["predicted"], d["train"]
     print(f"{c['model']} on {c['gpus']} x {c['gpu']} ({c['gpus_per_node']}/node), {d['trajectories']} trajectories, "
-          f"{d['mode']} mode; planned from {d['planned_from']}; limits: {d.get('limits', 'none declared')}")
+          f"{d['loop']} loop (staleness class K={d['staleness_class']}"
+          + (", async staleness " + str(d['max_staleness']) if d['mode'] == 'async' else "") + f"); planned from {d['planned_from']}; limits: {d.get('limits', 'none declared')}")
     print(f"split: {d['split']['rollout_gpus']} rollout GPUs, {d['split']['train_gpus']} training GPUs")
     print(f"train: TP {t['tp']} x PP {t['pp']} x DP {t['dp']}" + (f", EP {t['ep']}" if t["ep"] > 1 else "")
           + f", ZeRO-{t['zero_stage']}, micro-batch {t['micro_batch']}" + (", recompute" if t["recompute"] else ""))
@@ -170,3 +183,5 @@ def _print(d: dict[str, Any]) -> None:
         f"node {n}: " + ", ".join(f"{k} x TP{tp}" for tp, k in sorted(cnt.items())) for n, cnt in sorted(per_node.items())))
     print(f"predicted: rollout {p['rollout_s']:.1f} s (load {p['rollout_load_s']:.1f}, tail critical path "
           f"{p['rollout_critical_path_s']:.1f}), train {p['train_s']:.1f} s, sync {p['sync_s']:.2f} s, step {p['step_s']:.1f} s")
+    if d.get("loop_step_s"):
+        print("step by loop (this split): " + ", ".join(f"{k} {v:.1f} s" for k, v in d["loop_step_s"].items()))

@@ -51,10 +51,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", default=None, help="with --compare: a comma-separated subset")
     p.add_argument("--seed", type=int, default=0, help="seed of the ground-truth noise and tool-latency draws")
     p.add_argument("--noise", type=float, default=0.03, help="sigma of the lognormal ground-truth noise (default 0.03; 0 = none)")
-    p.add_argument("--mode", choices=("sync", "async"), default=None, help="RL loop mode (default: the policy's)")
-    p.add_argument("--staleness", type=int, default=None, help="async mode: bounded staleness K (default: the plan's, at least 1)")
+    p.add_argument("--max-staleness", type=int, default=0, metavar="K",
+                   help="the staleness the RL algorithm tolerates, for every policy alike (default 0: on-policy; each "
+                        "policy then runs its fastest loop within it: sync, sync + streaming, or async up to K)")
+    p.add_argument("--mode", choices=("sync", "async"), default=None,
+                   help="override the loop every policy plans for (default: each policy's choice; async needs --max-staleness >= 1)")
+    p.add_argument("--staleness", type=int, default=None, help="async: run with this staleness bound (1..K; default the plan's, K)")
     p.add_argument("--kl", type=float, default=0.0, metavar="COEF", help="KL coefficient; > 0 adds the reference model's forward pass")
-    p.add_argument("--streaming", action="store_true", help="sync mode: train on completed GRPO groups while the rollout tail runs")
+    p.add_argument("--streaming", action=argparse.BooleanOptionalAction, default=None,
+                   help="override: sync mode trains (or not, --no-streaming) on completed GRPO groups while the rollout tail runs "
+                        "(default: each policy's choice)")
     p.add_argument("--tool-kv", choices=("keep", "release"), default="keep", help="KV of a trajectory during a tool call (default keep)")
     p.add_argument("--mini-batches", type=_positive_int, default=4, help="optimizer steps per RL step (gradient-accumulation boundaries)")
     p.add_argument("--steps", default=None, metavar="A:B", help="replay trace steps A..B-1 only")
@@ -203,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
         check_output_dir(args.out, "--out")
     if args.json:
         check_output_file(args.json, "--json")
+    if args.max_staleness < 0:
+        raise UserError(f"--max-staleness must be >= 0, got {args.max_staleness}")
     if args.staleness is not None and args.staleness < 0:
         raise UserError("--staleness must be >= 0")
     import math
@@ -227,11 +235,19 @@ def run(args: argparse.Namespace) -> int:
     cluster = ClusterSpec(args.gpus, gpu, model, gpn, max_train_gpus=args.max_train_gpus, engine=args.engine, **limits)
     costs = load_costs(gpu, model, gpn, args.calibration, engine=args.engine)
     names = policy_names()
+    from sim.policies import min_staleness
+
+    outside: list[str] = []  # --compare: policies that do not run in this staleness class
     if args.compare:
         chosen = [n.strip() for n in args.policies.split(",")] if args.policies else list(names)
         for n in chosen:
             if n not in names:
                 raise UserError(f"--policies: unknown policy {n!r}; known: {', '.join(names)}")
+        outside = [n for n in chosen if min_staleness(n) > args.max_staleness]
+        chosen = [n for n in chosen if n not in outside]
+        if not chosen:
+            raise UserError(f"no chosen policy runs with --max-staleness {args.max_staleness} "
+                            f"({', '.join(f'{n} needs >= {min_staleness(n)}' for n in outside)})")
     else:
         chosen = [args.policy or ("libra" if "libra" in names else "verl-static-uniform")]
         if chosen[0] not in names:
@@ -243,8 +259,9 @@ def run(args: argparse.Namespace) -> int:
     config = SimConfig(
         mode=args.mode, staleness=args.staleness, kl=args.kl, kv_mode=args.tool_kv, seed=args.seed,
         noise_sigma=args.noise, mini_batches=args.mini_batches, faults=_parse_faults(args.fail_gpu), gantt_step=gantt,
-        streaming=args.streaming,
+        streaming=args.streaming, max_staleness=args.max_staleness,
     )
+    config.check()  # --mode async with K = 0, --staleness above K: one line, before any replay
     pins = dict(split=_parse_split(args.split), rollout_tp=args.rollout_tp, train_tp=args.train_tp, train_pp=args.train_pp,
                 train_ep=args.train_ep, micro_batch=args.micro_batch)
     pins = {k: v for k, v in pins.items() if v is not None}
@@ -287,9 +304,20 @@ def run(args: argparse.Namespace) -> int:
     if args.per_step or len(results) == 1:
         for r in results:
             console.print(report.steps_table(r))
+    for n in outside:
+        console.print(f"[dim]{n}: not in staleness class K={args.max_staleness} (asynchronous by design: "
+                      f"--max-staleness >= {min_staleness(n)})[/dim]")
     for r in results:
         if r.notes.get("chosen_by"):
             console.print(f"[dim]{r.policy}: split {r.notes.get('split')}, rollout TP {r.notes.get('rollout_tp')}, chosen by {r.notes['chosen_by']}[/dim]")
+    if args.compare:
+        for r in results:
+            v = report.vs_best_baseline(r, results)
+            if r.policy == "libra" and v == v:
+                best = report.best_baseline(results, r.max_staleness)
+                assert best is not None
+                console.print(f"libra ({r.mode}) vs the best baseline of staleness class K={r.max_staleness}, "
+                              f"{best.policy} ({best.mode}): {v:.2f}x ({r.mean_step_s:.1f} s against {best.mean_step_s:.1f} s per step)")
     if args.json:
         report.write_json(args.json, report.json_summary(results, args.trace, args.gpus, gpu, model))
     if args.out:

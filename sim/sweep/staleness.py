@@ -4,11 +4,12 @@ A configuration's ``max_staleness`` K is its class: K = 0 is on-policy synchrono
 allows asynchronous RL with rollouts at most K weight versions behind. Libra is compared with the
 best baseline *of the same class*, so every policy of a configuration must run in that class.
 
-Today ``sim.loop.SimConfig`` expresses the class through ``mode`` and ``staleness`` (K = 0:
-``mode="sync"``; K >= 1: ``mode="async", staleness=K``), and a colocated policy cannot run async
-(rollout and training share every GPU), so it is left out of async classes rather than reported
-as failing. When ``libra-sim replay`` gains ``--max-staleness`` (the replay result then carries
-``max_staleness`` and the mode that ran), ``class_config`` is the one function to switch over.
+``sim.loop.SimConfig.max_staleness`` carries the class: every policy then runs its own best loop
+within it (Libra's planner picks sync, sync + streaming or async up to K; the baselines their
+best honest loop), and a policy that cannot run in a class at all is left out of it rather than
+reported as failing (``sim.policies.min_staleness``: ``areal-static-optimal`` is asynchronous by
+design, K >= 1 only). The replay result carries the class (``RunResult.max_staleness``) and the
+loop that ran (``RunResult.mode``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sim.loop import SimConfig
-
-#: Policies whose rollout and training share every GPU: they run only in the sync class.
-SYNC_ONLY_POLICIES: frozenset[str] = frozenset({"verl-colocated"})
+from sim.policies import min_staleness
 
 
 def class_name(max_staleness: int) -> str:
@@ -27,14 +26,13 @@ def class_name(max_staleness: int) -> str:
 
 
 def runs_in_class(policy: str, max_staleness: int) -> bool:
-    """Whether ``policy`` takes part in class K (a colocated policy cannot run async)."""
-    return max_staleness == 0 or policy not in SYNC_ONLY_POLICIES
+    """Whether ``policy`` takes part in class K (a policy asynchronous by design needs K >= 1; a
+    synchronous one runs in every class, staleness 0 being within any bound)."""
+    return min_staleness(policy) <= max_staleness
 
 
 def class_config(base: SimConfig, max_staleness: int) -> SimConfig:
     """``base`` set to run class K: the loop mode and staleness bound every policy replays under."""
     if max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
-    if max_staleness == 0:
-        return replace(base, mode="sync", staleness=0)
-    return replace(base, mode="async", staleness=max_staleness)
+    return replace(base, max_staleness=max_staleness, mode=None, staleness=None)
