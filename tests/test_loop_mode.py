@@ -168,3 +168,26 @@ def _metrics(step_s: float):  # type: ignore[no-untyped-def]
     fields = {f: 0 for f in StepMetrics.__dataclass_fields__}
     fields.update(step=0, step_s=step_s, rollout_tps="1x1", mode="sync")
     return StepMetrics(**fields)
+
+
+def test_streaming_pool_lends_only_when_the_training_gain_pays_the_return() -> None:
+    """With streaming the pool can lend in a sync step (training runs beside the rollout), but a
+    lent GPU returns at the next rollout's start: it lends only when the training tail it
+    shortens beats that return (rule 5 of libra.pool.elastic)."""
+    from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
+    from libra.pool.base import InstanceState, PoolObservation, RoleChange
+    from libra.pool.elastic import ElasticPool
+
+    ev = CostEvaluator(gpu="a800", model="qwen3-14b")
+    inst = tuple(RolloutInstance(i, 2, 0, 0, 2 * i) for i in range(3))
+
+    def plan(tail: float) -> Plan:
+        return Plan(n_rollout_gpus=6, n_train_gpus=2, train=TrainConfig(2, 1, 1, zero_stage=3), instances=inst,
+                    buckets=(Bucket(0, 2, 0, None),), mode="sync", streaming=True, predicted_rollout_s=600.0,
+                    predicted_train_s=tail + 10.0, predicted_step_s=600.0 + tail, notes={"sync_s": 0.0})
+
+    states = (InstanceState(0, 2, 0, 0, 0, 10.0), InstanceState(1, 2, 0, 5, 0, None), InstanceState(2, 2, 0, 5, 0, None))
+    obs = PoolObservation(100.0, 0.0, states, 10, 0, True, 2)
+    small, big = ElasticPool(plan(0.5), ev=ev), ElasticPool(plan(500.0), ev=ev)
+    assert small.training_gain_s(2) < small.return_s(2) and small.on_rollout_progress(obs) == []
+    assert big.training_gain_s(2) > big.return_s(2) and big.on_rollout_progress(obs) == [RoleChange(0, "nonblocking")]

@@ -17,7 +17,16 @@ Called by the backend whenever rollout load changes. An instance is lent (``Role
    step: the same prices the simulator charges) by
    ``payoff_factor``. ``R`` is the plan's predicted rollout makespan minus the time elapsed,
    at least ``min_tail_s`` while trajectories are unfinished; a plan running over its prediction
-   has little time left by this estimate and so lends less, the conservative direction.
+   has little time left by this estimate and so lends less, the conservative direction;
+5. synchronous (streaming) plans only: the loan shortens the training enough to pay for its
+   return. A lent GPU goes back to rollout after the step's training and sync, so its
+   ``return_s`` lands on the next step's rollout start; the most the loan saves is the training
+   tail after the rollout (the plan's predicted step minus rollout and sync, or its predicted
+   training when the plan has no step prediction) times the share of training GPUs it adds in
+   whole data-parallel replicas. It lends when that gain exceeds ``payoff_factor`` x
+   ``return_s``. (Without this rule, on a 4-step Search-R1 trace on 16 H100s, the pool lent 6
+   instances to save 0.3 s of training and the next rollout waited ~7 s for them: libra 33.3 s
+   per step against 31.1 s without the pool.)
 
 Joining is ``nonblocking`` by default (the worker loads its shard in the background and joins at
 the next gradient-accumulation boundary: no training stall; see ``consistency``), or ``sync``
@@ -52,6 +61,8 @@ class ElasticPool:
         self._bucket_of = {i.id: i.bucket for i in self.plan.instances}
         self._tp_of = {i.id: i.tp for i in self.plan.instances}
         self._rc: dict[int, float] = {}
+        self._ret: dict[int, float] = {}
+        self._lent_gpus = 0
         self._costs = None if self.ev is None else (self.ev if isinstance(self.ev, StepCosts) else StepCosts(self.ev))
 
     def round_trip_s(self, tp: int) -> float:
@@ -62,6 +73,30 @@ class ElasticPool:
         cost = 0.0 if self._costs is None else self._costs.round_trip_s(self.plan.train, tp)
         self._rc[tp] = cost
         return cost
+
+    def return_s(self, tp: int) -> float:
+        """A lent TP-``tp`` GPU going back to rollout (``StepCosts.return_s``, the simulator's price)."""
+        if tp not in self._ret:
+            self._ret[tp] = 0.0 if self._costs is None else self._costs.return_s(self.plan.train, tp)
+        return self._ret[tp]
+
+    def training_gain_s(self, tp: int) -> float:
+        """The most lending one more TP-``tp`` instance saves a synchronous step (rule 5): the
+        training tail after the rollout times the training GPUs it adds (whole DP replicas) over
+        the training GPUs then."""
+        p = self.plan
+        sync_s = p.notes.get("sync_s", 0.0)
+        sync_s = float(sync_s) if isinstance(sync_s, (int, float)) else 0.0
+        tail = p.predicted_step_s - p.predicted_rollout_s - sync_s
+        if not tail == tail:  # no step prediction: at most the whole training stage
+            tail = p.predicted_train_s
+        if not tail == tail or tail <= 0:
+            return 0.0
+        group = max(1, p.train.tp * p.train.pp)
+        added = ((self._lent_gpus + tp) // group - self._lent_gpus // group) * group
+        if added <= 0:
+            return 0.0
+        return tail * added / (p.n_train_gpus + (self._lent_gpus // group) * group + added)
 
     def remaining_rollout_s(self, obs: PoolObservation) -> float:
         """Expected rollout time left (see rule 4)."""
@@ -101,7 +136,10 @@ class ElasticPool:
                 continue
             if remaining <= self.payoff_factor * self.round_trip_s(s.tp):
                 continue
+            if self.plan.mode != "async" and self.training_gain_s(s.tp) <= self.payoff_factor * self.return_s(s.tp):
+                continue
             active_per_bucket[b] -= 1
+            self._lent_gpus += s.tp
             self.lent.add(s.instance)
             self.decisions.append((obs.now_s, s.instance))
             out.append(RoleChange(s.instance, self.join))
