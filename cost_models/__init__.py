@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from cost_models.evaluator import CostEvaluator
     from cost_models.memory import MemoryReport, fits, kv_capacity_tokens
     from cost_models.operators import OperatorSet, load_operators
-    from cost_models.training import TrainStrategy, validate_strategy
+    from cost_models.strategy import TrainStrategy
+    from cost_models.training import validate_strategy
 
 __all__ = [
     "CostModelError",
@@ -43,7 +44,7 @@ _LAZY = {
     "MemoryReport": "cost_models.memory",
     "fits": "cost_models.memory",
     "kv_capacity_tokens": "cost_models.memory",
-    "TrainStrategy": "cost_models.training",
+    "TrainStrategy": "cost_models.strategy",
     "validate_strategy": "cost_models.training",
     "OperatorSet": "cost_models.operators",
     "load_operators": "cost_models.operators",

@@ -42,7 +42,7 @@ from cost_models.hardware import GPUSpec, get_gpu
 from cost_models.models import ModelSpec, get_model
 
 if TYPE_CHECKING:
-    from cost_models.training import TrainStrategy
+    from cost_models.strategy import TrainStrategy
 
 DTYPE_BYTES = 2  # bf16 weights, activations and KV cache
 ADAM_STATE_BYTES = 12  # fp32 master weights + Adam m + Adam v, per parameter

@@ -39,6 +39,7 @@ from cost_models.memory import (
     valid_eps,
 )
 from cost_models.models import ModelSpec
+from cost_models.strategy import TrainStrategy
 from cost_models.operators.base import OperatorSet
 
 ATTN_BWD_FACTOR = 2.5  # FlashAttention-2 backward / forward time (5 vs 2 matmuls)
@@ -46,26 +47,6 @@ OPT_STEP_BYTES = 28.0  # Adam: read+write fp32 master, m, v (24) + read grad (2)
 STEP_OVERHEAD_S = 0.02  # per optimizer step: grad-norm/clip, scheduler, framework bookkeeping
 MICROBATCH_OVERHEAD_S = 1e-3  # per micro-batch: Python/launch overhead of DeepSpeed/Megatron loops
 OPERATOR_HEAD_DIM = 128  # the operator set's attention is for head_dim 128; other head dims scale heads
-
-
-@dataclass(frozen=True, slots=True)
-class TrainStrategy:
-    """A training strategy on ``tp * pp * dp`` GPUs; same field names as
-    ``libra.planner.plan.TrainConfig`` so the planner converts one to the other 1:1.
-    EP follows Megatron's MoE parallel folding (ETP = 1, CP = 1): the MoE layers re-fold a
-    stage's ``tp * dp`` ranks as EP x expert-DP, so ``ep`` divides ``tp * dp``."""
-
-    tp: int
-    pp: int
-    dp: int
-    ep: int = 1
-    zero_stage: int = 1
-    micro_batch: int = 1
-    recompute: bool = False
-
-    @property
-    def n_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
 
 
 def _divisors(n: int) -> list[int]:
