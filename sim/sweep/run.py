@@ -31,6 +31,8 @@ from sim.sweep.grid import Configuration, GeneratedWorkload, Grid, TraceWorkload
 
 #: What a record says when a policy ran but lost or repeated trajectories.
 INCOMPLETE = "IncompleteRun"
+#: What a record says when the replay reports another staleness class than its configuration's.
+WRONG_CLASS = "WrongStalenessClass"
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ def _result_record(task: Task, policy: str, key: str, res: Any, elapsed: float) 
     bad = [s.step for s in steps if s.completed != s.n_traj]
     rec: dict[str, Any] = {
         "config": task.config.id, "policy": policy, "hash": key, "status": "ok", "error": None, "code": task.code,
-        "mode": res.mode, "max_staleness": task.config.max_staleness, "n_steps": len(steps),
+        "mode": res.mode, "max_staleness": getattr(res, "max_staleness", task.config.max_staleness),
+        "staleness": getattr(res, "staleness", None), "n_steps": len(steps),
         "mean_step_s": res.mean_step_s, "throughput_tok_s": res.throughput_tok_s, "trained_tok_s": res.trained_tok_s,
         "wall_s": res.wall_s, "completed": res.completed, "expected": res.expected, "all_completed": not bad,
         "mean_rollout_makespan_s": sum(s.rollout_makespan_s for s in steps) / len(steps) if steps else 0.0,
@@ -99,6 +102,9 @@ def _result_record(task: Task, policy: str, key: str, res: Any, elapsed: float) 
     if bad:
         rec.update(status="failed", error=f"{INCOMPLETE}: steps {bad[:5]} did not complete every trajectory exactly once "
                                           f"({res.completed} of {res.expected} in all)")
+    elif rec["max_staleness"] != task.config.max_staleness:  # compared outside its class: not a valid result
+        rec.update(status="failed", error=f"{WRONG_CLASS}: the replay ran in staleness class {rec['max_staleness']}, "
+                                          f"the configuration's is {task.config.max_staleness}")
     return rec
 
 

@@ -21,8 +21,9 @@ from sim.policies import min_staleness
 
 
 def class_name(max_staleness: int) -> str:
-    """``sync`` for K = 0, ``async-K`` otherwise (the label tables and file names use)."""
-    return "sync" if max_staleness == 0 else f"async-{max_staleness}"
+    """``K=0``, ``K=1``...: the label tables use (not "sync"/"async": within a class K >= 1 each
+    policy picks its own loop, and several stay synchronous)."""
+    return f"K={max_staleness}"
 
 
 def runs_in_class(policy: str, max_staleness: int) -> bool:

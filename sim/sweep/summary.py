@@ -30,7 +30,7 @@ OUTCOMES: tuple[str, ...] = ("win", "tie", "loss", "subject-failed", "no-baselin
 #: results.csv columns, in order (a record's missing keys are blank).
 CSV_COLUMNS: tuple[str, ...] = (
     "config", "workload", "workload_spec", "cluster", "gpus", "gpu", "model", "engine", "max_staleness", "class", "seed",
-    "policy", "status", "mode", "mean_step_s", "throughput_tok_s", "trained_tok_s", "wall_s", "mean_rollout_makespan_s",
+    "policy", "status", "mode", "staleness", "mean_step_s", "throughput_tok_s", "trained_tok_s", "wall_s", "mean_rollout_makespan_s",
     "mean_train_s", "completed", "expected", "all_completed", "split", "rollout_tps", "host_s", "cached", "hash", "error",
 )
 
