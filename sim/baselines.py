@@ -386,7 +386,9 @@ class StaticPolicy:
            candidate is skipped without replaying when a *lower bound* of its sample time
            (``_sample_bound``: the rollout's makespan lower bound per step, the training and
            sync the replay charges exactly with noise off, and the loop's overlap at best)
-           already reaches the fastest replayed;
+           already reaches the fastest replayed (the bound's work term is an estimate of the best
+           efficiency, ``sim.bounds``, so the cut is as safe as that estimate; the brute-force
+           test checks it);
         2. the ``HINDSIGHT_FINALISTS`` fastest are replayed on the whole trace and the fastest
            is kept.
 

@@ -4,8 +4,8 @@ Before: it ranked whole-node splits x TP by the makespan lower bound and replaye
 4 on a sample of steps; on work-bound traces the bound is a poor proxy (it missed a split 1.7x
 faster) and on small clusters whole nodes leave almost no splits. Now every feasible candidate on
 Libra's own split grid is replayed (a candidate whose lower bound already reaches the best replay
-is cut, exactly), so its choice is the brute-force best; the test replays every (split, TP)
-pinned and checks that no fixed configuration is faster.
+is cut), so its choice is the brute-force best; the test replays every (split, TP) pinned and
+checks that no fixed configuration is faster (and so that the bound cut nothing it should not).
 """
 
 from __future__ import annotations
