@@ -92,9 +92,13 @@ def steps_table(result: RunResult) -> Any:
     return t
 
 
-def json_summary(results: Sequence[RunResult], trace: str, gpus: int, gpu: str, model: str) -> dict[str, Any]:
-    """The ``--json`` document: ``{"trace", "gpus", "gpu", "model", "policies": {NAME: ...}}``."""
-    return {"trace": trace, "gpus": gpus, "gpu": gpu, "model": model, "policies": {r.policy: r.summary() for r in results}}
+def json_summary(results: Sequence[RunResult], trace: str, gpus: int, gpu: str, model: str, by_class: bool = False) -> dict[str, Any]:
+    """The ``--json`` document: ``{"trace", "gpus", "gpu", "model", "policies": {NAME: ...}}``;
+    with ``by_class`` (several staleness classes replayed) NAME is ``"POLICY K=k"``."""
+    def key(r: RunResult) -> str:
+        return f"{r.policy} K={r.max_staleness}" if by_class else r.policy
+
+    return {"trace": trace, "gpus": gpus, "gpu": gpu, "model": model, "policies": {key(r): r.summary() for r in results}}
 
 
 def write_json(path: str, doc: dict[str, Any]) -> None:
@@ -116,7 +120,7 @@ def write_json(path: str, doc: dict[str, Any]) -> None:
 
 def write_csv(path: str, results: Sequence[RunResult]) -> None:
     """Every step of every policy, one row each."""
-    rows = [{"policy": r.policy, "mode": r.mode, **s.row()} for r in results for s in r.steps]
+    rows = [{"policy": r.policy, "max_staleness": r.max_staleness, **s.row()} for r in results for s in r.steps]
     if not rows:
         return
     with open(path, "w", newline="", encoding="utf-8") as f:

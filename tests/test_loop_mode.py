@@ -191,3 +191,19 @@ def test_streaming_pool_lends_only_when_the_training_gain_pays_the_return() -> N
     small, big = ElasticPool(plan(0.5), ev=ev), ElasticPool(plan(500.0), ev=ev)
     assert small.training_gain_s(2) < small.return_s(2) and small.on_rollout_progress(obs) == []
     assert big.training_gain_s(2) > big.return_s(2) and big.on_rollout_progress(obs) == [RoleChange(0, "nonblocking")]
+
+
+def test_compare_several_classes_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--max-staleness 0,1``: each class replayed, one table, the ratio per class, JSON keys per class."""
+    import json
+
+    tr = _trace(tmp_path)
+    out = tmp_path / "r.json"
+    rc = main(["replay", str(tr), "--gpus", "16", "--compare", "--jobs", "1", "--policies", "verl-static-uniform,areal-static-optimal,libra",
+               "--max-staleness", "0,1", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "best baseline of staleness class K=0" in text and "best baseline of staleness class K=1" in text
+    doc = json.loads(out.read_text())["policies"]
+    assert set(doc) == {"verl-static-uniform K=0", "libra K=0", "verl-static-uniform K=1", "areal-static-optimal K=1", "libra K=1"}
+    assert all(v["max_staleness"] == int(k[-1]) for k, v in doc.items())

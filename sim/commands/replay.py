@@ -51,9 +51,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policies", default=None, help="with --compare: a comma-separated subset")
     p.add_argument("--seed", type=int, default=0, help="seed of the ground-truth noise and tool-latency draws")
     p.add_argument("--noise", type=float, default=0.03, help="sigma of the lognormal ground-truth noise (default 0.03; 0 = none)")
-    p.add_argument("--max-staleness", type=int, default=0, metavar="K",
+    p.add_argument("--max-staleness", default="0", metavar="K[,K...]",
                    help="the staleness the RL algorithm tolerates, for every policy alike (default 0: on-policy; each "
-                        "policy then runs its fastest loop within it: sync, sync + streaming, or async up to K)")
+                        "policy then runs its fastest loop within it: sync, sync + streaming, or async up to K); "
+                        "several classes (e.g. 0,1) are replayed one after the other and reported side by side")
     p.add_argument("--mode", choices=("sync", "async"), default=None,
                    help="override the loop every policy plans for (default: each policy's choice; async needs --max-staleness >= 1)")
     p.add_argument("--staleness", type=int, default=None, help="async: run with this staleness bound (1..K; default the plan's, K)")
@@ -88,6 +89,21 @@ def _parse_split(text: str | None) -> tuple[int, int] | None:
         return int(a), int(b)
     except ValueError:
         raise UserError(f"--split {text!r}: expected ROLLOUT:TRAIN GPU counts, e.g. 24:24") from None
+
+
+def _parse_classes(text: str) -> list[int]:
+    """``--max-staleness K[,K...]`` -> the staleness classes, in the order given, without repeats."""
+    out: list[int] = []
+    for part in str(text).split(","):
+        try:
+            k = int(part.strip())
+        except ValueError:
+            raise UserError(f"--max-staleness {text!r}: expected integers >= 0, e.g. 0 or 0,1") from None
+        if k < 0:
+            raise UserError(f"--max-staleness must be >= 0, got {k}")
+        if k not in out:
+            out.append(k)
+    return out
 
 
 def _parse_faults(items: list[str]) -> tuple[Any, ...]:
@@ -209,8 +225,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_dir(args.out, "--out")
     if args.json:
         check_output_file(args.json, "--json")
-    if args.max_staleness < 0:
-        raise UserError(f"--max-staleness must be >= 0, got {args.max_staleness}")
+    classes = _parse_classes(args.max_staleness)
     if args.staleness is not None and args.staleness < 0:
         raise UserError("--staleness must be >= 0")
     import math
@@ -237,31 +252,35 @@ def run(args: argparse.Namespace) -> int:
     names = policy_names()
     from sim.policies import min_staleness
 
-    outside: list[str] = []  # --compare: policies that do not run in this staleness class
     if args.compare:
         chosen = [n.strip() for n in args.policies.split(",")] if args.policies else list(names)
         for n in chosen:
             if n not in names:
                 raise UserError(f"--policies: unknown policy {n!r}; known: {', '.join(names)}")
-        outside = [n for n in chosen if min_staleness(n) > args.max_staleness]
-        chosen = [n for n in chosen if n not in outside]
-        if not chosen:
-            raise UserError(f"no chosen policy runs with --max-staleness {args.max_staleness} "
-                            f"({', '.join(f'{n} needs >= {min_staleness(n)}' for n in outside)})")
     else:
         chosen = [args.policy or ("libra" if "libra" in names else "verl-static-uniform")]
         if chosen[0] not in names:
             raise UserError(f"--policy {chosen[0]!r} is unknown; known: {', '.join(names)}")
+    # --compare: per class, the policies that run in it and those that do not (left out, not failed)
+    in_class = {k: [n for n in chosen if not args.compare or min_staleness(n) <= k] for k in classes}
+    outside = {k: [n for n in chosen if n not in in_class[k]] for k in classes}
+    if not any(in_class.values()):
+        raise UserError(f"no chosen policy runs with --max-staleness {args.max_staleness} "
+                        f"({', '.join(f'{n} needs >= {min_staleness(n)}' for n in chosen)})")
     if args.gantt_step is not None and args.gantt_step not in {s.step for s in steps}:
         have = [s.step for s in steps]
         raise UserError(f"--gantt-step {args.gantt_step}: not a replayed step (steps {have[0]}..{have[-1]})")
     gantt = args.gantt_step if args.gantt_step is not None else (steps[0].step if args.out else None)
-    config = SimConfig(
+    base = SimConfig(
         mode=args.mode, staleness=args.staleness, kl=args.kl, kv_mode=args.tool_kv, seed=args.seed,
         noise_sigma=args.noise, mini_batches=args.mini_batches, faults=_parse_faults(args.fail_gpu), gantt_step=gantt,
-        streaming=args.streaming, max_staleness=args.max_staleness,
+        streaming=args.streaming, max_staleness=classes[0],
     )
-    config.check()  # --mode async with K = 0, --staleness above K: one line, before any replay
+    from dataclasses import replace as _with
+
+    configs = {k: _with(base, max_staleness=k) for k in classes}
+    for c in configs.values():
+        c.check()  # --mode async with K = 0, --staleness above K: one line, before any replay
     pins = dict(split=_parse_split(args.split), rollout_tp=args.rollout_tp, train_tp=args.train_tp, train_pp=args.train_pp,
                 train_ep=args.train_ep, micro_batch=args.micro_batch)
     pins = {k: v for k, v in pins.items() if v is not None}
@@ -270,20 +289,26 @@ def run(args: argparse.Namespace) -> int:
     results = []
     failed: list[str] = []
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    jobs = min(args.jobs or cores, len(chosen))
-    if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
-        outcomes = _replay_parallel(jobs, steps, chosen, cluster, config, pins, costs)
-    else:
-        outcomes = []
-        with _Progress() as prog:
-            for name in chosen:
-                cb = prog.task(name, len(steps))
-                try:
-                    outcomes.append((name, replay_policy(steps, name, cluster, config, costs=costs, progress=cb, **pins), None))
-                except (UserError, CostModelError) as exc:
-                    if not args.compare:
-                        raise
-                    outcomes.append((name, None, str(exc)))
+    outcomes: list[tuple[str, Any, str | None]] = []
+    for k, config in configs.items():
+        run_names = in_class[k]
+        if not run_names:
+            continue
+        jobs = min(args.jobs or cores, len(run_names))
+        if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
+            got = _replay_parallel(jobs, steps, run_names, cluster, config, pins, costs)
+        else:
+            got = []
+            with _Progress() as prog:
+                for name in run_names:
+                    cb = prog.task(name, len(steps))
+                    try:
+                        got.append((name, replay_policy(steps, name, cluster, config, costs=costs, progress=cb, **pins), None))
+                    except (UserError, CostModelError) as exc:
+                        if not args.compare:
+                            raise
+                        got.append((name, None, str(exc)))
+        outcomes += [(f"{n} (K={k})" if len(classes) > 1 else n, r, e) for n, r, e in got]
     for name, res, err in outcomes:
         if err is not None:
             # one policy that cannot run this configuration must not hide the others
@@ -304,9 +329,9 @@ def run(args: argparse.Namespace) -> int:
     if args.per_step or len(results) == 1:
         for r in results:
             console.print(report.steps_table(r))
-    for n in outside:
-        console.print(f"[dim]{n}: not in staleness class K={args.max_staleness} (asynchronous by design: "
-                      f"--max-staleness >= {min_staleness(n)})[/dim]")
+    for k, names_out in outside.items():
+        for n in names_out:
+            console.print(f"[dim]{n}: not in staleness class K={k} (asynchronous by design: --max-staleness >= {min_staleness(n)})[/dim]")
     for r in results:
         if r.notes.get("chosen_by"):
             console.print(f"[dim]{r.policy}: split {r.notes.get('split')}, rollout TP {r.notes.get('rollout_tp')}, chosen by {r.notes['chosen_by']}[/dim]")
@@ -319,7 +344,7 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"libra ({r.mode}) vs the best baseline of staleness class K={r.max_staleness}, "
                               f"{best.policy} ({best.mode}): {v:.2f}x ({r.mean_step_s:.1f} s against {best.mean_step_s:.1f} s per step)")
     if args.json:
-        report.write_json(args.json, report.json_summary(results, args.trace, args.gpus, gpu, model))
+        report.write_json(args.json, report.json_summary(results, args.trace, args.gpus, gpu, model, by_class=len(classes) > 1))
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         report.write_csv(os.path.join(args.out, "steps.csv"), results)
