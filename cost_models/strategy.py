@@ -2,7 +2,7 @@
 recompute), as frozen data.
 
 Why a module of its own: the memory model (what fits) and the training timer (how long) both
-take a strategy (the planner's ``TrainConfig`` has the same fields). Kept here, with no other
+take a strategy, and the planner's ``TrainConfig`` is this same type. Kept here, with no other
 import, neither of those modules has to import the other for it (they used to import each other).
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class TrainStrategy:
-    """A training strategy on ``tp * pp * dp`` GPUs; same field names as
-    ``libra.planner.plan.TrainConfig`` so the planner converts one to the other 1:1.
+    """A training strategy on ``tp * pp * dp`` GPUs (``libra.planner.plan.TrainConfig`` is this
+    type: the planner's plans carry it as they hand it to the evaluator).
     EP follows Megatron's MoE parallel folding (ETP = 1, CP = 1): the MoE layers re-fold a
     stage's ``tp * dp`` ranks as EP x expert-DP, so ``ep`` divides ``tp * dp``."""
 

@@ -67,12 +67,10 @@ def make_evaluator(cluster: ClusterSpec) -> CostModel:
 
 
 def to_strategy(cfg: TrainConfig) -> Any:
-    """``libra``'s TrainConfig as the evaluator's TrainStrategy (same field names, 1:1)."""
-    from cost_models.training import TrainStrategy
-
-    return TrainStrategy(
-        tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=cfg.ep, zero_stage=cfg.zero_stage, micro_batch=cfg.micro_batch, recompute=cfg.recompute
-    )
+    """``libra``'s TrainConfig as the evaluator's TrainStrategy: the same type
+    (``libra.planner.plan.TrainConfig`` is ``cost_models.strategy.TrainStrategy``), so this is the
+    identity; it stays so callers need not know that."""
+    return cfg
 
 
 def nvlink_domain(gpu: Any, gpus_per_node: int) -> int:

@@ -9,24 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cost_models.strategy import TrainStrategy
+
 LoopMode = Literal["sync", "async"]
 
 
-@dataclass(frozen=True, slots=True)
-class TrainConfig:
-    """A training strategy on ``n_gpus = tp * pp * dp`` GPUs (EP splits experts inside DP*TP)."""
-
-    tp: int
-    pp: int
-    dp: int
-    ep: int = 1
-    zero_stage: int = 1
-    micro_batch: int = 1
-    recompute: bool = False
-
-    @property
-    def n_gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+#: A training strategy on ``n_gpus = tp * pp * dp`` GPUs (EP folds the MoE layers' TP x DP ranks).
+#: The planner's name for the cost model's ``TrainStrategy``: one frozen type, so a plan's
+#: training shape goes to the evaluator as it is (``cost_models.strategy`` imports nothing).
+TrainConfig = TrainStrategy
 
 
 @dataclass(frozen=True, slots=True)
