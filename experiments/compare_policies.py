@@ -15,7 +15,7 @@ Columns: ``gen_tok_s`` generated tokens / simulated wall time; ``trained_tok_s``
 (every trajectory's full context) / wall time; ``mean_step_s``; ``makespan_over_bound`` the mean
 over steps of rollout makespan / lower bound (``sim/bounds.py``: max(critical path at batch 1,
 work / capacity)); speedups are throughput ratios against ``verl-static-uniform`` and
-``areal-static-optimal`` in the same mode. ``oracle`` sees the future (upper bound, not a policy).
+``areal-static-optimal`` in the same mode. ``oracle`` sees the future (hindsight placement, not a policy and not a proven bound).
 """
 
 from __future__ import annotations
@@ -49,10 +49,18 @@ def _one(args: tuple[str, str, str, str, int, str, str]) -> dict[str, Any]:
 
     from libra.errors import UserError
 
-    steps, _ = load_steps(trace, steps_arg)
+    from libra.trace.limits import cluster_limits
+    from sim.commands.plan import _node_size
+
+    steps, header = load_steps(trace, steps_arg)
+    # the trace's declared limits and the GPU's node size, read as `libra-sim replay` reads them,
+    # so these tables are the README command's; "sync" is staleness class K=0 (each policy's
+    # fastest on-policy loop), "async" is K=1
+    limits, _ = cluster_limits(header, None, trace)
+    cluster = ClusterSpec(gpus, gpu, model, _node_size(gpu), **limits)
     t0 = time.process_time()
     try:
-        res = replay_policy(steps, policy, ClusterSpec(gpus, gpu, model), SimConfig(mode=mode, seed=0))
+        res = replay_policy(steps, policy, cluster, SimConfig(max_staleness=0 if mode == "sync" else 1, seed=0))
     except UserError as exc:  # e.g. verl-colocated has no async mode
         return {"row": None, "steps": [], "skipped": f"{policy} {mode}: {exc}"}
     cpu = time.process_time() - t0
