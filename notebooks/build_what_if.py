@@ -35,7 +35,11 @@ from sim.replay import load_steps, replay_policy
 
 ROOT = Path.cwd() if (Path.cwd() / "traces").exists() else Path.cwd().parent
 TRACE = str(ROOT / "traces" / "swe-qwen3-14b.jsonl.gz")
-ev = CostEvaluator("a800", "qwen3-14b")"""),
+# The inference engine's per-iteration overhead (docs/cost-model.md, "Engine profiles"):
+# "vllm-2024" (the default), "trtllm-2024", "constants" (the pre-profile assumptions) or a
+# `libra-calibrate fit-engine` JSON file of your own engine's runs. Every cell below uses it.
+ENGINE = "vllm-2024"
+ev = CostEvaluator("a800", "qwen3-14b", engine=ENGINE)"""),
     ("md", "## 1. Decode time and KV capacity per TP degree (predicted)"),
     ("md", """Every sequence here is at an 8K context, so a batch of B holds B x 8,192 tokens of KV
 cache. An instance can only run a batch whose KV fits its capacity: those that do not fit are
@@ -73,7 +77,7 @@ from libra.policies import POLICIES
 history, upcoming = steps[:2], steps[2]
 plans = []
 for n in (16, 48, 128):
-    cluster = ClusterSpec(n, "a800", "qwen3-14b")
+    cluster = ClusterSpec(n, "a800", "qwen3-14b", engine=ENGINE)
     policy = POLICIES["libra"](cluster, ev=ev, mode="async")
     plan = policy.plan(cluster, history, upcoming.prompt_tokens)
     tps = sorted((i.tp for i in plan.instances), reverse=True)
@@ -91,7 +95,7 @@ print("plans mixing TP degrees: " + (", ".join(f"{n} GPUs" for n in mixed) if mi
     ("code", """steps2, _ = load_steps(TRACE, "0:2")
 rows = []
 for n in (48, 96):
-    cluster = ClusterSpec(n, "a800", "qwen3-14b")
+    cluster = ClusterSpec(n, "a800", "qwen3-14b", engine=ENGINE)
     for name in ("verl-static-uniform", "libra"):
         res = replay_policy(steps2, name, cluster)
         rows.append({"gpus": n, "policy": name, "mean_step_s": round(res.mean_step_s, 1),

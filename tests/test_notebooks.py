@@ -52,3 +52,13 @@ def test_committed_notebook_has_its_outputs_and_inline_figures() -> None:
     assert "why Libra mixes TP degrees" not in text  # its plans here are homogeneous; the text must not claim otherwise
     shown = "".join(o.get("text", "") for c in code for o in c.outputs)
     assert "above the instance's KV capacity" in shown
+
+
+def test_notebook_picks_the_engine_profile_in_one_place() -> None:
+    """The engine profile is a knob of the what-if analysis (issue 10): one ``ENGINE`` setting
+    reaches the evaluator and every cluster the planner and the replays see."""
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "what_if.ipynb"
+    src = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+    assert 'ENGINE = "vllm-2024"' in src
+    assert "CostEvaluator(\"a800\", \"qwen3-14b\", engine=ENGINE)" in src
+    assert src.count("ClusterSpec(") == src.count("engine=ENGINE)") - 1  # every cluster, plus the evaluator
