@@ -50,14 +50,14 @@ def _one(args: tuple[str, str, str, str, int, str, str]) -> dict[str, Any]:
     from libra.errors import UserError
 
     from libra.trace.limits import cluster_limits
-    from sim.commands.plan import _node_size
+    from sim.commands.common import node_size
 
     steps, header = load_steps(trace, steps_arg)
     # the trace's declared limits and the GPU's node size, read as `libra-sim replay` reads them,
     # so these tables are the README command's; "sync" is staleness class K=0 (each policy's
     # fastest on-policy loop), "async" is K=1
     limits, _ = cluster_limits(header, None, trace)
-    cluster = ClusterSpec(gpus, gpu, model, _node_size(gpu), **limits)
+    cluster = ClusterSpec(gpus, gpu, model, node_size(gpu), **limits)
     t0 = time.process_time()
     try:
         res = replay_policy(steps, policy, cluster, SimConfig(max_staleness=0 if mode == "sync" else 1, seed=0))

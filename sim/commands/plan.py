@@ -74,18 +74,6 @@ def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None, Any]:
     return steps[:k], steps[k].prompt_tokens, hint, reader.header
 
 
-def _node_size(gpu: str) -> int:
-    """The catalog's GPUs per node for ``gpu`` (8 when the name is not in the catalog: the
-    evaluator then says what is)."""
-    from cost_models.errors import CostModelError
-    from cost_models.hardware import get_gpu
-
-    try:
-        return get_gpu(gpu).gpus_per_node
-    except CostModelError:
-        return 8
-
-
 def _model_name(hint: str | None) -> str:
     """The trace's model hint as a catalog name when it is one (e.g. 'Qwen3-14B' -> 'qwen3-14b')."""
     if not hint:
@@ -99,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from libra.errors import UserError
     from libra.planner.search import Planner, SearchOptions
 
-    from sim.commands.replay import MAX_GPUS
+    from sim.commands.common import MAX_GPUS, node_size
 
     if not 2 <= args.gpus <= MAX_GPUS:
         raise UserError(f"--gpus must be an integer in [2, {MAX_GPUS:,}] (rollout and training each need a GPU; the search takes "
@@ -112,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-context must be >= 1, got {args.max_context}")
     history, prompts, hint, header = _load(args)
     limits, limits_text = cluster_limits(header, args.max_context, args.trace or "trace")  # the same reading as libra-sim replay's
-    cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node or _node_size(args.gpu or "a800"),
+    cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node or node_size(args.gpu or "a800"),
                           engine=args.engine, **limits)
     if args.max_staleness < 0:
         raise UserError(f"--max-staleness must be >= 0, got {args.max_staleness}")

@@ -9,21 +9,11 @@ from typing import Any
 
 from libra.errors import UserError
 
-#: The largest cluster replay and plan accept (planner search time grows faster than linearly).
-MAX_GPUS = 32768
+from sim.commands.common import MAX_GPUS, node_size
+from sim.commands.common import positive_int as _positive_int
 
 NAME = "replay"
 HELP = "replay a trace on a simulated GPU cluster under a resource policy (or --compare all)"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -244,9 +234,7 @@ def run(args: argparse.Namespace) -> int:
     gpu = args.gpu or meta.get("gpu") or "a800"
     model = _model_name(args.model, getattr(header, "model", None))
     limits, limits_text = cluster_limits(header, args.max_context, args.trace)  # the same reading as libra-sim plan's
-    from sim.commands.plan import _node_size
-
-    gpn = args.gpus_per_node or _node_size(gpu)
+    gpn = args.gpus_per_node or node_size(gpu)
     cluster = ClusterSpec(args.gpus, gpu, model, gpn, max_train_gpus=args.max_train_gpus, engine=args.engine, **limits)
     costs = load_costs(gpu, model, gpn, args.calibration, engine=args.engine)
     names = policy_names()

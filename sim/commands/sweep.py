@@ -15,18 +15,10 @@ import sys
 import time
 from typing import Any
 
+from sim.commands.common import positive_int as _positive_int
+
 NAME = "sweep"
 HELP = "replay a grid of workloads x clusters x policies x staleness classes (cached, parallel, summarized)"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -110,12 +110,12 @@ def workload_key(src: GeneratedWorkload | TraceWorkload) -> str:
 
 def cluster_identity(c: ClusterEntry) -> dict[str, Any]:
     """The cluster's fields (resolved node size; the engine as a name or a file's sha256)."""
-    from sim.commands.plan import _node_size
+    from sim.commands.common import node_size
 
     engine: Any = c.engine
     if engine is not None and os.path.isfile(engine):
         engine = {"file_sha256": file_sha256(os.path.abspath(engine))}
-    return {"gpus": c.gpus, "gpu": c.gpu, "model": c.model, "gpus_per_node": c.gpus_per_node or _node_size(c.gpu),
+    return {"gpus": c.gpus, "gpu": c.gpu, "model": c.model, "gpus_per_node": c.gpus_per_node or node_size(c.gpu),
             "engine": engine, "max_train_gpus": c.max_train_gpus, "max_context": c.max_context}
 
 

@@ -30,14 +30,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from libra.errors import UserError
+from sim.commands.common import MAX_GPUS  # the largest cluster a configuration may ask for: replay's own limit
 from sim.sweep.staleness import runs_in_class
 
 #: Keys of the generator spec that shape the run (the rest are workload parameters).
 SHAPE_KEYS: tuple[str, ...] = ("workload", "steps", "batch", "group_size", "seed")
 #: The replay options a grid may set, with their defaults (``sim.loop.SimConfig`` fields).
 REPLAY_DEFAULTS: dict[str, Any] = {"noise": 0.03, "mini_batches": 4, "kl": 0.0, "tool_kv": "keep", "streaming": False}
-#: The largest cluster a configuration may ask for (``libra-sim replay``'s own limit).
-MAX_GPUS = 32768
 TOP_KEYS = ("name", "description", "policies", "subject", "replay", "workloads", "clusters", "sweeps")
 CLUSTER_KEYS = ("gpus", "gpu", "model", "engine", "gpus_per_node", "max_train_gpus", "max_context")
 SWEEP_KEYS = ("workloads", "clusters", "max_staleness", "seeds", "policies")

@@ -114,7 +114,7 @@ def run_task(task: Task, preloaded: tuple[Any, Any] | None = None) -> list[dict[
     through its object store); else the task reads ``trace_path``."""
     from libra.cluster import ClusterSpec
     from libra.trace.limits import cluster_limits
-    from sim.commands.plan import _node_size
+    from sim.commands.common import node_size
     from sim.costs import load_costs
     from sim.loop import SimConfig
     from sim.replay import load_steps, replay_policy
@@ -128,7 +128,7 @@ def run_task(task: Task, preloaded: tuple[Any, Any] | None = None) -> list[dict[
     try:
         steps, header = preloaded if preloaded is not None else load_steps(task.trace_path, task.step_range)
         limits, _ = cluster_limits(header, cl.max_context, task.trace_path)
-        gpn = cl.gpus_per_node or _node_size(cl.gpu)
+        gpn = cl.gpus_per_node or node_size(cl.gpu)
         cluster = ClusterSpec(cl.gpus, cl.gpu, cl.model, gpn, max_train_gpus=cl.max_train_gpus, engine=cl.engine, **limits)
         costs = load_costs(cl.gpu, cl.model, gpn, engine=cl.engine)
         r = c.replay
