@@ -298,15 +298,9 @@ def _check(cfg: RunConfig, src: str | dict[str, str]) -> RunConfig:
 def _check_names(cfg: RunConfig, bad: Any) -> None:
     """Names and files the run would otherwise only trip over after the held-out evaluation and
     Ray's start: the policy, the cost-model GPU, the calibration file."""
-    from libra.policies import POLICIES
+    from libra.runtime.policyglue import known_policies  # the one place the runtime reaches into sim
 
-    known = list(POLICIES)
-    try:
-        from sim.policies import policy_names
-
-        known = list(dict.fromkeys([*policy_names(), *known]))
-    except ImportError:  # the simulator's baselines are not installed: Libra's own policies only
-        pass
+    known = known_policies()
     if cfg.policy not in known:
         raise bad("policy", f"unknown policy {cfg.policy!r}; known: {', '.join(known)}")
     from cost_models.hardware import GPUS

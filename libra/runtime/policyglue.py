@@ -17,6 +17,19 @@ from libra.planner.plan import Bucket, Plan, RolloutInstance
 from libra.policy import Policy
 
 
+def known_policies() -> list[str]:
+    """Every policy name ``make_policy`` accepts: the simulator's (baselines included) when the
+    simulator is installed, then the core's own."""
+    from libra.policies import POLICIES
+
+    known = list(POLICIES)
+    try:
+        from sim.policies import policy_names
+    except ImportError:  # the simulator's baselines are not installed: Libra's own policies only
+        return known
+    return list(dict.fromkeys([*policy_names(), *known]))
+
+
 def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool) -> Policy:
     """The named policy, sharing ``ev`` (the run's cost evaluator)."""
     from libra.policies import POLICIES
