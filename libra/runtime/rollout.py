@@ -280,6 +280,11 @@ class Rollout:
                     break
                 self.faults.pop(0)
                 ray.kill(inst.handle, no_restart=True)
+                # the injector handles the death at once: waiting for the in-flight call to fail
+                # raced with the call finishing first (then a bucket whose trajectories had all
+                # moved on never dispatched to the dead worker again and nothing was recovered).
+                # A death nobody injected is noticed when its call fails (RayActorError, below).
+                kill(inst)
             pending = [i.inflight[0] for i in self.inst.values() if i.inflight] + list(tools) + list(prefills)
             if not pending:
                 dispatch()
