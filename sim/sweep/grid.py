@@ -36,7 +36,7 @@ from sim.sweep.staleness import runs_in_class
 #: Keys of the generator spec that shape the run (the rest are workload parameters).
 SHAPE_KEYS: tuple[str, ...] = ("workload", "steps", "batch", "group_size", "seed")
 #: The replay options a grid may set, with their defaults (``sim.loop.SimConfig`` fields).
-REPLAY_DEFAULTS: dict[str, Any] = {"noise": 0.03, "mini_batches": 4, "kl": 0.0, "tool_kv": "keep", "streaming": False}
+REPLAY_DEFAULTS: dict[str, Any] = {"noise": 0.03, "mini_batches": 4, "kl": 0.0, "tool_kv": "keep", "streaming": None}
 TOP_KEYS = ("name", "description", "policies", "subject", "replay", "workloads", "clusters", "sweeps")
 CLUSTER_KEYS = ("gpus", "gpu", "model", "engine", "gpus_per_node", "max_train_gpus", "max_context")
 SWEEP_KEYS = ("workloads", "clusters", "max_staleness", "seeds", "policies")
@@ -102,7 +102,7 @@ class ReplayOptions:
     mini_batches: int = 4
     kl: float = 0.0
     tool_kv: str = "keep"
-    streaming: bool = False
+    streaming: bool | None = None  # None: each policy runs its own loop choice (libra may stream); a bool pins it for all
 
 
 @dataclass(frozen=True)
@@ -307,8 +307,8 @@ def _replay(w: _Where, value: Any) -> ReplayOptions:
     if tool_kv not in ("keep", "release"):
         raise w.error("replay.tool_kv", f"must be keep or release, got {tool_kv!r}")
     streaming = m.get("streaming", REPLAY_DEFAULTS["streaming"])
-    if not isinstance(streaming, bool):
-        raise w.error("replay.streaming", f"must be true or false, got {streaming!r}")
+    if streaming is not None and not isinstance(streaming, bool):
+        raise w.error("replay.streaming", f"must be true, false or null (each policy's own choice), got {streaming!r}")
     mb = _int(w, m.get("mini_batches", REPLAY_DEFAULTS["mini_batches"]), "replay.mini_batches", 1)
     return ReplayOptions(float(noise), mb, float(kl), tool_kv, streaming)
 
