@@ -7,10 +7,10 @@ trajectories come within 90/80/70% of it, how many reach the 32K cap, and the TP
 iteration time by batch at a 25K context (what a tail trajectory pays when it shares a batch).
 """
 import numpy as np
+from libra.planner.bounds import _turn_geometry
+from libra.trace.latencies import resolve_latencies
 from sim.costs import load_costs
 from sim.replay import load_steps
-from sim.bounds import _turn_geometry
-from sim.tools import resolve_latencies
 c = load_costs("a800","qwen3-14b")
 steps,_ = load_steps("traces/swe-qwen3-14b.jsonl.gz","1:4")
 for step in steps:

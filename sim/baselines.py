@@ -55,9 +55,9 @@ from libra.scheduling.base import RolloutScheduler
 from libra.scheduling.routers import LeastLoadedRouter
 from libra.trace.columnar import StepArrays
 from libra.trace.records import Trajectory, Turn
-from sim.bounds import step_bound
+from libra.planner.bounds import step_bound
 from sim.costs import SimCosts
-from sim.tools import resolve_latencies
+from libra.trace.latencies import resolve_latencies
 
 #: The length prior of the honest baselines (see the module docstring).
 PRIOR_GEN_TOKENS = 8192

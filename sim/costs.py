@@ -1,11 +1,12 @@
-"""The simulator's ground-truth costs: the calibrated cost evaluator, cached and adapted.
+"""The simulator's ground-truth costs: the core's cached rollout prices, plus the loader.
 
-Why a wrapper: the rollout hot path asks for decode coefficients at every interval and for a
-prefill at most of them, tens of thousands of times per step; even the evaluator's scalar paths
-cost tens of microseconds a call (argument checks, operator tables). Coefficients depend only on
-(TP, batch), so they are cached; prefills are memoized on rounded arguments. Noise is NOT applied
-here: callers multiply by ``sim.noise.Noise`` factors, so the planner (which predicts with the
-same evaluator) is never magically exact.
+``SimCosts`` is ``libra.planner.rollout_costs.RolloutCosts`` (decode coefficients, KV capacity,
+running sequences and batched prefill, cached; ``memo``; ``step``, the ``StepCosts`` the
+planner predicts with) under the name the simulator has always used, with the adapters its
+training stage and elastic pool call. The cache lives in the core because the static baselines
+(``libra.policies``) price their candidates with the same object; the simulator re-uses it
+rather than keeping a copy. Noise is NOT applied here: callers multiply by ``sim.noise.Noise``
+factors, so the planner (which predicts with the same evaluator) is never magically exact.
 
 Everything that is not the rollout itself (the training stage, the per-sample bookkeeping, the
 weight sync, the colocated stage switches, role changes, plan transitions, KV migration) is priced
@@ -15,91 +16,18 @@ the planner predicts with, so a replay with noise off charges exactly the planne
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from libra.errors import UserError
-from libra.planner.costs import CostModel
 from libra.planner.plan import RolloutInstance, TrainConfig
-from libra.planner.step_costs import StepCosts
+from libra.planner.rollout_costs import RolloutCosts
 
 
-def _q(x: float) -> int:
-    """``x`` rounded to 1/8 of an octave (exact below 16): the memo key of a cost call."""
-    if x < 16:
-        return int(round(x))
-    e = math.floor(math.log2(x))
-    step = 2.0 ** (e - 3)
-    return int(round(x / step) * step)
-
-
-class SimCosts:
-    """Cached ground-truth timings for one (GPU, model) pair."""
-
-    def __init__(self, ev: CostModel, gpus_per_node: int = 8) -> None:
-        self.ev = ev
-        self.gpus_per_node = gpus_per_node
-        self._decode: dict[tuple[int, int], tuple[float, float]] = {}
-        self._kv: dict[int, int] = {}
-        self._seqs: dict[int, int] = {}
-        self._prefill: dict[tuple[int, int, int, int], float] = {}
-        #: scratch memo for derived per-step quantities (e.g. ``sim.bounds`` critical paths);
-        #: keys name what they cache, values live as long as this object
-        self.memo: dict[tuple[object, ...], object] = {}
-        #: the step's non-rollout prices, shared with the planner (see the module docstring)
-        self.step = StepCosts(ev, gpus_per_node)
-
-    # ------------------------------------------------------------------ rollout
-    def decode_coeffs(self, tp: int, batch: int) -> tuple[float, float]:
-        """(base_s, slope_s_per_kv_token) of one decode iteration, cached."""
-        key = (tp, batch)
-        c = self._decode.get(key)
-        if c is None:
-            base, slope = self.ev.decode_coeffs(tp, batch)
-            c = (float(base), float(slope))
-            self._decode[key] = c
-        return c
-
-    def kv_capacity(self, tp: int) -> int:
-        """KV-cache tokens one TP-``tp`` instance holds (0: the weights do not fit)."""
-        c = self._kv.get(tp)
-        if c is None:
-            c = self._kv[tp] = int(self.ev.kv_capacity_tokens(tp))
-        return c
-
-    def max_seqs(self, tp: int) -> int:
-        """vLLM's max running sequences for a TP-``tp`` instance."""
-        c = self._seqs.get(tp)
-        if c is None:
-            c = self._seqs[tp] = max(1, int(self.ev.max_running_seqs(tp)))
-        return c
-
-    def prefill_batch_s(self, tp: int, seqs: Sequence[tuple[int, int]]) -> float:
-        """Prefill of sequences admitted together, each ``(new_tokens, cached_tokens)``.
-
-        They are prefilled as one batch (chunked prefill packs them into the next iteration):
-        ``prefill_s(tp, mean new, mean cached, batch=k)``. The mean under-counts attention of a
-        very uneven batch slightly; the decode part of the same iteration is charged separately.
-        Calls are memoized on the arguments rounded to 1/8 of an octave (at most 4.4% off one
-        argument, under the 3% noise once averaged; replayed makespans moved by <0.3% against
-        1/16 octave on the bundled trace) because an evaluator call costs ~80 us and a step asks
-        thousands of times.
-        """
-        k = len(seqs)
-        if k == 0:
-            return 0.0
-        if k == 1:
-            new, cached = seqs[0]
-        else:
-            new = sum(s[0] for s in seqs) / k
-            cached = sum(s[1] for s in seqs) / k
-        key = (tp, _q(new), _q(cached), _q(k) if k > 16 else k)
-        v = self._prefill.get(key)
-        if v is None:
-            v = self._prefill[key] = float(self.ev.prefill_s(tp, max(1, key[1]), key[2], key[3]))
-        return v
+class SimCosts(RolloutCosts):
+    """Cached ground-truth timings for one (GPU, model) pair (``RolloutCosts``), with the
+    adapters the simulator's training stage, weight sync and pool call."""
 
     def kv_migration_s(self, tokens: int, tp_src: int, tp_dst: int, same_node: bool) -> float:
         """Moving a sequence's KV between instances over NVLink or the network."""

@@ -41,6 +41,7 @@ import simpy
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
+from libra.planner.bounds import step_bound
 from libra.planner.costs import nvlink_domain
 from libra.planner.packing import instance_gpus, placement_error
 from libra.planner.plan import Plan
@@ -48,14 +49,13 @@ from libra.planner.step_costs import Transition, train_gpu_ids
 from libra.policy import Policy
 from libra.pool.base import RoleChange
 from libra.trace.columnar import StepArrays
-from sim.bounds import step_bound
+from libra.trace.latencies import resolve_latencies
 from sim.costs import SimCosts
 from sim.instance import Instance, SimulationError
 from sim.ledger import GpuLedger
 from sim.metrics import RunResult, StepMetrics
 from sim.noise import Noise
 from sim.rollout import RolloutStage, RolloutStats
-from sim.tools import resolve_latencies
 from sim.training import Feed, TrainJob, TrainStats
 
 

@@ -12,10 +12,10 @@ import simpy
 
 from libra.cluster import ClusterSpec
 from libra.pool.base import PoolObservation, RoleChange
+from libra.trace.latencies import resolve_latencies
 from sim.instance import InvariantViolation, SimulationError
 from sim.ledger import GpuLedger
 from sim.loop import Fault, SimConfig, Simulator
-from sim.tools import resolve_latencies
 from test_sim_support import FixedPolicy, fake_costs, make_step, simple_plan
 
 CLUSTER = ClusterSpec(16, "fake", "fake")

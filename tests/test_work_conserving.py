@@ -19,9 +19,9 @@ from libra.scheduling.base import InstanceLoad, Transfer, TrajectoryObservation,
 from libra.scheduling.cmlfq import CMLFQScheduler
 from libra.scheduling.history_model import RemainingWorkModel
 from libra.scheduling.routers import LeastLoadedRouter, OracleRouter
+from libra.trace.latencies import resolve_latencies
 from sim.noise import Noise
 from sim.rollout import RolloutStage
-from sim.tools import resolve_latencies
 
 
 def _plan(n_inst: int, two_buckets: bool, bound: int = 4000, tp: int = 2) -> Plan:

@@ -1,4 +1,6 @@
-"""The rollout makespan lower bound of a step, for reporting makespan / lower bound.
+"""The rollout makespan lower bound of a step: the simulator reports makespan / lower bound,
+and the static baselines (``libra.policies``) rank and prune candidate configurations with it.
+It lives in the policy core because both use it (``sim`` imports the core, never the reverse).
 
 ``max(critical path, work / capacity)`` where
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from libra.trace.columnar import StepArrays
-from sim.costs import SimCosts
+from libra.planner.rollout_costs import RolloutCosts
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,7 @@ def _vec(fn, *args: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def]
     return np.array([float(fn(*a)) for a in zip(*np.broadcast_arrays(*args))])
 
 
-def step_bound(step: StepArrays, latencies: np.ndarray, costs: SimCosts, tps: Sequence[int], rollout_gpus: int) -> StepBound:
+def step_bound(step: StepArrays, latencies: np.ndarray, costs: RolloutCosts, tps: Sequence[int], rollout_gpus: int) -> StepBound:
     """The lower bound of ``step``'s rollout on ``rollout_gpus`` GPUs, TPs among ``tps``."""
     if step.n == 0:
         return StepBound(0.0, 0.0)

@@ -1,5 +1,8 @@
 """Default tool-latency model, for turns whose trace says ``tool_latency_s: null``.
 
+Part of reading a trace (the policy core's ``libra.trace``): the simulator replays with these
+latencies, and the baselines' estimates and bounds (``libra.policies``) use the same draws.
+
 A trace recorded on a real cluster carries measured latencies; a synthetic or converted one may
 not. Then the latency of a call is drawn from a lognormal chosen by the tool's name, capped at
 that tool family's timeout; a call whose outcome is ``"timeout"`` takes exactly the timeout.
