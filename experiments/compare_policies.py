@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="experiments/results/compare_policies")
     a = ap.parse_args(argv)
 
-    from sim.policies import POLICY_NAMES
+    from libra.policies import POLICY_NAMES
 
     policies = a.policies.split(",") if a.policies else list(POLICY_NAMES)
     modes = a.modes.split(",")

@@ -15,11 +15,12 @@ from typing import Any
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
+from libra.policies import PolicyOptions, min_staleness, resolve
 from libra.trace.columnar import StepArrays
 from sim.costs import SimCosts, load_costs
+from sim.hindsight import SimReplayer
 from sim.loop import SimConfig, Simulator
 from sim.metrics import RunResult
-from sim.policies import min_staleness, resolve
 
 
 def parse_step_range(text: str | None) -> tuple[int | None, int | None]:
@@ -61,12 +62,14 @@ def replay_policy(
     calibration: str | None = None,
     **opts: Any,
 ) -> RunResult:
-    """Replay ``steps`` under the policy named ``policy``. ``opts`` go to the policy factory
-    (pins such as ``split=(24, 24)``, ``rollout_tp``...); ``seed``, ``kl``, the staleness class
-    ``max_staleness`` (``SimConfig.staleness_class``: every policy chooses its loop within it)
-    and the loop overrides (``mode``, ``staleness``, ``streaming``) are passed to it from
-    ``config`` too. A policy that cannot run in the class (``sim.policies.min_staleness``) is a
-    ``UserError``. The result carries the class (``RunResult.max_staleness``) and the loop that
+    """Replay ``steps`` under the policy named ``policy`` (``libra.policies``, the one registry).
+    ``opts`` are ``PolicyOptions`` fields for the policy (pins such as ``split=(24, 24)``,
+    ``rollout_tp``...; an unknown one is a ``UserError``); ``seed``, ``kl``, ``mini_batches``, the
+    staleness class ``max_staleness`` (``SimConfig.staleness_class``: every policy chooses its
+    loop within it) and the loop overrides (``mode``, ``staleness``, ``streaming``) come from
+    ``config``, the evaluator from ``costs``, and the simulator's what-if replay
+    (``sim.hindsight.SimReplayer``, for the hindsight baseline) over ``steps``. A policy that
+    cannot run in the class (``libra.policies.min_staleness``) is a ``UserError``. The result carries the class (``RunResult.max_staleness``) and the loop that
     ran (``RunResult.mode``). Without ``costs``, they are loaded for the cluster's GPU and
     model, fitted on ``calibration`` (a ``libra-calibrate fit`` file) when given, with the
     cluster's engine profile (``ClusterSpec.engine``)."""
@@ -78,9 +81,10 @@ def replay_policy(
         raise UserError(f"{policy} is asynchronous by design and runs only with --max-staleness >= {need} "
                         f"(this replay's staleness class is K={k}: on-policy)")
     costs = costs or load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, calibration, engine=cluster.engine)
-    pol = resolve(policy, cluster, costs=costs, seed=config.seed, kl=config.kl, staleness=config.staleness,
-                  max_staleness=k, mode=config.mode, streaming=config.streaming, mini_batches=config.mini_batches,
-                  sim_config=config, trace_steps=list(steps), **opts)
+    options = PolicyOptions(ev=costs.ev, seed=config.seed, kl=config.kl > 0, staleness=config.staleness, max_staleness=k,
+                            mode=config.mode, streaming=config.streaming, mini_batches=config.mini_batches,
+                            hindsight=SimReplayer(steps, cluster, costs, config))
+    pol = resolve(policy, cluster, options, **opts)
     sim = Simulator(steps, pol, cluster, costs, config)
     res = sim.run(progress)
     first = res.steps[0] if res.steps else None

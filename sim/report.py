@@ -21,8 +21,8 @@ def _fmt(x: float, digits: int = 1) -> str:
 
 
 def baseline_names() -> frozenset[str]:
-    """The simulator's baselines (what a Libra policy is measured against)."""
-    from sim.baselines import BASELINES
+    """The baselines (what a Libra policy is measured against; ``libra.policies.BASELINES``)."""
+    from libra.policies import BASELINES
 
     return frozenset(BASELINES)
 

@@ -14,8 +14,9 @@ from test_sim_support import make_step
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
-from sim.baselines import areal_static_optimal
+from libra.policies.areal import areal_static_optimal
 from sim.costs import load_costs
+from sim.hindsight import SimReplayer
 from sim.loop import SimConfig
 from sim.replay import replay_policy
 
@@ -48,11 +49,13 @@ def test_hindsight_report_and_cache() -> None:
     """The search says what it did; a second search in the same process replays nothing again."""
     costs = load_costs("h100", "qwen3-8b", 4)
     steps = [make_step(s, 32, seed=6, turns=(1, 3), gen=(100, 600)) for s in range(2)]
-    pol = areal_static_optimal(CLUSTER, costs=costs, trace_steps=steps, max_staleness=1, sim_config=SimConfig(max_staleness=1))
+    replayer = SimReplayer(steps, CLUSTER, costs, SimConfig(max_staleness=1))
+    pol = areal_static_optimal(CLUSTER, ev=costs.ev, hindsight=replayer, max_staleness=1)
     plan = pol.plan(CLUSTER, (), steps[0].prompt_tokens)
     rep = pol.hindsight_report
     assert rep["candidates"] == rep["replayed"] + rep["pruned_by_bound"] and rep["replayed"] >= 1 and rep["sample_steps"] == 2
     n_memo = len(costs.memo)
-    again = areal_static_optimal(CLUSTER, costs=costs, trace_steps=steps, max_staleness=1, sim_config=SimConfig(max_staleness=1))
+    again = areal_static_optimal(CLUSTER, ev=costs.ev, hindsight=SimReplayer(steps, CLUSTER, costs, SimConfig(max_staleness=1)),
+                                 max_staleness=1)
     assert again.plan(CLUSTER, (), steps[0].prompt_tokens) == plan
     assert len(costs.memo) == n_memo  # every replay came from the cache

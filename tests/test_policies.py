@@ -1,4 +1,5 @@
-"""The policy registry: every name builds, plans validly, routes through the contract; the CLI."""
+"""Libra and its ablations: every name builds, plans validly, routes through the contract; the CLI.
+(The whole registry, baselines included: tests/test_policy_registry.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from test_planner_workload import make_history, make_step
 from cost_models import CostEvaluator
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
-from libra.policies import POLICIES
+from libra.policies import LIBRA_POLICIES as POLICIES
 from libra.scheduling.base import InstanceLoad, TrajectoryObservation
 from sim.cli import main as libra_sim
 

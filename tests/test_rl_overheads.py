@@ -22,7 +22,7 @@ from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
 from libra.planner.search import Planner, SearchOptions
 from libra.planner.step_costs import StepCosts, train_gpu_ids
 from libra.planner.transfers import transition_s, weight_sync_s
-from sim.baselines import uniform_instances
+from libra.policies.static import uniform_instances
 from sim.costs import SimCosts
 from sim.loop import SimConfig, Simulator
 from test_sim_support import FixedPolicy, make_step

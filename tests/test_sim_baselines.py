@@ -12,7 +12,8 @@ from libra.errors import UserError
 from libra.trace.columnar import StepArrays
 from sim.costs import load_costs
 from sim.loop import SimConfig
-from sim.policies import POLICY_NAMES, resolve
+from libra.policies import POLICY_NAMES, resolve
+from sim.hindsight import SimReplayer
 from sim.replay import replay_policy
 from test_sim_support import make_step
 
@@ -39,8 +40,8 @@ def test_names_and_unknown_policy() -> None:
 def test_static_uniform_never_looks_at_the_future(costs) -> None:  # type: ignore[no-untyped-def]
     a = make_step(0, 32, seed=1)
     b = _longer(a, 8)
-    pa = resolve("verl-static-uniform", CLUSTER, costs=costs).plan(CLUSTER, (), a.prompt_tokens)
-    pb = resolve("verl-static-uniform", CLUSTER, costs=costs).plan(CLUSTER, (), b.prompt_tokens)
+    pa = resolve("verl-static-uniform", CLUSTER, ev=costs.ev).plan(CLUSTER, (), a.prompt_tokens)
+    pb = resolve("verl-static-uniform", CLUSTER, ev=costs.ev).plan(CLUSTER, (), b.prompt_tokens)
     assert pa == pb
     assert "prior" in str(pa.notes["chosen_by"])
     assert pa.mode == "sync" and not pa.colocated and len(pa.buckets) == 1
@@ -49,23 +50,24 @@ def test_static_uniform_never_looks_at_the_future(costs) -> None:  # type: ignor
 
 def test_hindsight_baseline_says_so_and_uses_the_trace(costs) -> None:  # type: ignore[no-untyped-def]
     steps = [make_step(s, 32, seed=2) for s in range(2)]
-    p = resolve("areal-static-optimal", CLUSTER, costs=costs, trace_steps=steps).plan(CLUSTER, (), steps[0].prompt_tokens)
+    replayer = SimReplayer(steps, CLUSTER, costs)
+    p = resolve("areal-static-optimal", CLUSTER, ev=costs.ev, hindsight=replayer).plan(CLUSTER, (), steps[0].prompt_tokens)
     assert "hindsight" in str(p.notes["chosen_by"]) and p.mode == "async" and p.max_staleness == 1
-    with pytest.raises(UserError, match="hindsight"):
-        resolve("areal-static-optimal", CLUSTER, costs=costs)
+    with pytest.raises(UserError, match="needs hindsight replay: .*libra-sim"):  # no replayer: what libra-run has
+        resolve("areal-static-optimal", CLUSTER, ev=costs.ev)
 
 
 def test_pins_are_honoured(costs) -> None:  # type: ignore[no-untyped-def]
     s = make_step(0, 16, seed=3)
-    p = resolve("verl-static-uniform", CLUSTER, costs=costs, split=(8, 8), rollout_tp=2, train_tp=4, train_pp=1).plan(
+    p = resolve("verl-static-uniform", CLUSTER, ev=costs.ev, split=(8, 8), rollout_tp=2, train_tp=4, train_pp=1).plan(
         CLUSTER, (), s.prompt_tokens)
     assert (p.n_rollout_gpus, p.n_train_gpus) == (8, 8)
     assert {i.tp for i in p.instances} == {2} and len(p.instances) == 4
     assert (p.train.tp, p.train.pp, p.train.dp) == (4, 1, 2)
     with pytest.raises(UserError, match="sum"):
-        resolve("verl-static-uniform", CLUSTER, costs=costs, split=(8, 4)).plan(CLUSTER, (), s.prompt_tokens)
+        resolve("verl-static-uniform", CLUSTER, ev=costs.ev, split=(8, 4)).plan(CLUSTER, (), s.prompt_tokens)
     with pytest.raises(UserError, match="rollout-tp"):
-        resolve("verl-static-uniform", CLUSTER, costs=costs, rollout_tp=3).plan(CLUSTER, (), s.prompt_tokens)
+        resolve("verl-static-uniform", CLUSTER, ev=costs.ev, rollout_tp=3).plan(CLUSTER, (), s.prompt_tokens)
 
 
 def test_colocated_time_shares_every_gpu_and_pays_the_switch(costs) -> None:  # type: ignore[no-untyped-def]
@@ -95,8 +97,8 @@ def test_a_known_context_limit_reaches_the_baselines_prior(costs) -> None:  # ty
     get the same knowledge (what their verl config would say), so the comparison stays fair."""
     a = make_step(0, 32, seed=1)
     capped = replace(CLUSTER, max_context=4096)
-    p = resolve("verl-static-uniform", capped, costs=costs).plan(capped, (), a.prompt_tokens)
-    q = resolve("verl-static-uniform", CLUSTER, costs=costs).plan(CLUSTER, (), a.prompt_tokens)
+    p = resolve("verl-static-uniform", capped, ev=costs.ev).plan(capped, (), a.prompt_tokens)
+    q = resolve("verl-static-uniform", CLUSTER, ev=costs.ev).plan(CLUSTER, (), a.prompt_tokens)
     assert "max context 4096" in str(p.notes["chosen_by"]) and "max context 32768" in str(q.notes["chosen_by"])
     assert p.predicted_rollout_s < q.predicted_rollout_s
 
@@ -106,18 +108,18 @@ def test_training_device_limit_binds_the_baselines_as_it_binds_libra(costs) -> N
     (the rest roll out), verl-colocated trains on that many, a pinned split above it is refused
     with the split that would work, and a limit no strategy fits names the count that would."""
     a = make_step(0, 32, seed=1)
-    free = resolve("verl-static-uniform", CLUSTER, costs=costs).plan(CLUSTER, (), a.prompt_tokens)
+    free = resolve("verl-static-uniform", CLUSTER, ev=costs.ev).plan(CLUSTER, (), a.prompt_tokens)
     assert free.n_train_gpus == 8  # whole-node splits on 2 nodes: 8:8
     capped = replace(CLUSTER, max_train_gpus=4)
-    p = resolve("verl-static-uniform", capped, costs=costs).plan(capped, (), a.prompt_tokens)
+    p = resolve("verl-static-uniform", capped, ev=costs.ev).plan(capped, (), a.prompt_tokens)
     assert (p.n_rollout_gpus, p.n_train_gpus) == (12, 4) and p.train.n_gpus == 4
     assert sum(i.tp for i in p.instances) <= 12
-    c = resolve("verl-colocated", capped, costs=costs).plan(capped, (), a.prompt_tokens)
+    c = resolve("verl-colocated", capped, ev=costs.ev).plan(capped, (), a.prompt_tokens)
     assert c.colocated and (c.n_rollout_gpus, c.n_train_gpus) == (16, 4) and c.train.n_gpus == 4
     res = replay_policy([a], "verl-colocated", capped, SimConfig(noise_sigma=0.0), costs=costs)
     assert res.steps[0].n_train_gpus == 4 and res.steps[0].completed == res.steps[0].n_traj
     with pytest.raises(UserError, match=r"--split 12:4"):
-        resolve("verl-static-uniform", capped, costs=costs, split=(8, 8)).plan(capped, (), a.prompt_tokens)
+        resolve("verl-static-uniform", capped, ev=costs.ev, split=(8, 8)).plan(capped, (), a.prompt_tokens)
     one = replace(CLUSTER, max_train_gpus=1)  # 14B does not train on one A800
     with pytest.raises(UserError, match=r"training needs (\d+) .*try --max-train-gpus \1$"):
-        resolve("verl-static-uniform", one, costs=costs).plan(one, (), a.prompt_tokens)
+        resolve("verl-static-uniform", one, ev=costs.ev).plan(one, (), a.prompt_tokens)

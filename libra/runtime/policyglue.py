@@ -1,9 +1,12 @@
-"""The policy core as the runtime uses it: resolving a policy name (Libra's, or a simulator
-baseline), the cluster it plans for, and plan adjustments a run config may pin.
+"""The policy core as the runtime uses it: resolving a policy name (any in the one registry,
+``libra.policies``: Libra's, its ablations', the baselines'), refusing up front the policies a
+real run cannot execute, the cluster it plans for, and plan adjustments a run config may pin.
 
-Baselines live in ``sim.baselines``; importing ``sim`` here (lazily, only for a baseline name)
-is the one place the runtime reaches into the simulator package, because the issue asks that
-``--policy`` accept the same names as ``libra-sim replay``.
+It imports only the core: the runtime and the simulator are two backends of the same policies
+and never import each other. A real run offers no capability beyond the observations
+(``RUNTIME_OFFERS`` is empty): it cannot hand the ``oracle`` a step's future, nor replay the
+trace for ``areal-static-optimal``'s hindsight search, so ``check_policy`` refuses both with the
+registry's reason when the configuration is read (``libra.runtime.config``), before Ray starts.
 """
 
 from __future__ import annotations
@@ -12,41 +15,30 @@ from dataclasses import replace
 from typing import Any
 
 from libra.cluster import ClusterSpec
-from libra.errors import UserError
 from libra.planner.plan import Bucket, Plan, RolloutInstance
+from libra.policies import PolicyOptions, check_backend, policy_names, resolve
 from libra.policy import Policy
+
+#: What ``libra-run`` offers a policy beyond the observations (``libra.policies.CAPABILITIES``): nothing.
+RUNTIME_OFFERS: frozenset[str] = frozenset()
 
 
 def known_policies() -> list[str]:
-    """Every policy name ``make_policy`` accepts: the simulator's (baselines included) when the
-    simulator is installed, then the core's own."""
-    from libra.policies import POLICIES
+    """Every policy name the registry knows (``check_policy`` says which a real run cannot run)."""
+    return list(policy_names())
 
-    known = list(POLICIES)
-    try:
-        from sim.policies import policy_names
-    except ImportError:  # the simulator's baselines are not installed: Libra's own policies only
-        return known
-    return list(dict.fromkeys([*policy_names(), *known]))
+
+def check_policy(name: str) -> None:
+    """``UserError`` if ``name`` is unknown or needs what a real run cannot offer (the step's
+    future, hindsight replay), with the reason and what to run instead."""
+    check_backend(name, RUNTIME_OFFERS, "libra-run")
 
 
 def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool) -> Policy:
-    """The named policy, sharing ``ev`` (the run's cost evaluator)."""
-    from libra.policies import POLICIES
-
-    if name in POLICIES:
-        return POLICIES[name](cluster, ev=ev, seed=seed, kl=kl)
-    try:
-        from sim.policies import policy_names, resolve
-    except ImportError:
-        raise UserError(f"policy {name!r} is unknown; known: {', '.join(POLICIES)}") from None
-    if name not in policy_names():
-        raise UserError(f"policy {name!r} is unknown; known: {', '.join(policy_names())}")
-    from sim.costs import SimCosts
-
-    # the run's evaluator, so a simulator baseline plans with the run's calibration too
-    costs = SimCosts(ev, gpus_per_node=cluster.gpus_per_node)
-    return resolve(name, cluster, costs=costs, seed=seed, kl=1.0 if kl else 0.0)
+    """The named policy, sharing ``ev`` (the run's cost evaluator, so a baseline plans with the
+    run's calibration too)."""
+    check_policy(name)
+    return resolve(name, cluster, PolicyOptions(ev=ev, seed=seed, kl=kl))
 
 
 def pin_plan(plan: Plan, split: tuple[int, int] | None, bounds: list[int] | None, per_node: int) -> Plan:

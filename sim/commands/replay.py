@@ -201,10 +201,10 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from libra.cluster import ClusterSpec
+    from libra.policies import min_staleness, policy_names
     from sim import report
     from sim.costs import load_costs
     from sim.loop import SimConfig
-    from sim.policies import policy_names
     from sim.replay import load_steps, replay_policy
 
     from libra.paths import check_output_dir, check_output_file
@@ -238,8 +238,6 @@ def run(args: argparse.Namespace) -> int:
     cluster = ClusterSpec(args.gpus, gpu, model, gpn, max_train_gpus=args.max_train_gpus, engine=args.engine, **limits)
     costs = load_costs(gpu, model, gpn, args.calibration, engine=args.engine)
     names = policy_names()
-    from sim.policies import min_staleness
-
     if args.compare:
         chosen = [n.strip() for n in args.policies.split(",")] if args.policies else list(names)
         for n in chosen:

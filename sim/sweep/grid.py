@@ -135,8 +135,8 @@ class Grid:
 
     @property
     def baselines(self) -> tuple[str, ...]:
-        """The grid's policies that are the simulator's baselines (what the subject must beat)."""
-        from sim.baselines import BASELINES
+        """The grid's policies that are baselines (``libra.policies.BASELINES``: what the subject must beat)."""
+        from libra.policies import BASELINES
 
         return tuple(p for p in self.policies if p in BASELINES)
 
@@ -179,7 +179,7 @@ def _name_list(w: _Where, value: Any, keypath: str) -> list[Any]:
 
 
 def _policies(w: _Where, value: Any, keypath: str) -> tuple[str, ...]:
-    from sim.policies import policy_names
+    from libra.policies import policy_names
 
     names = policy_names()
     items = _name_list(w, value, keypath)
@@ -329,7 +329,7 @@ def parse_grid(data: Any, path: str) -> Grid:
     subject = top.get("subject", "libra")
     if subject not in policies:
         raise w.error("subject", f"{subject!r} must be one of the grid's policies ({', '.join(policies)})")
-    from sim.baselines import BASELINES
+    from libra.policies import BASELINES
 
     if not any(p in BASELINES for p in policies):
         raise w.error("policies", f"must include at least one baseline to compare {subject} with ({', '.join(BASELINES)})")

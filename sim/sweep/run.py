@@ -199,9 +199,7 @@ def execute_local(tasks: Sequence[Task], jobs: int, sink: Sink) -> None:
     import libra.trace.limits  # noqa: F401
     import sim.commands.plan  # noqa: F401
     import sim.replay  # noqa: F401
-    from sim.policies import factories
-
-    factories()
+    import libra.policies  # noqa: F401
 
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx) as pool:

@@ -7,7 +7,7 @@ best baseline *of the same class*, so every policy of a configuration must run i
 ``sim.loop.SimConfig.max_staleness`` carries the class: every policy then runs its own best loop
 within it (Libra's planner picks sync, sync + streaming or async up to K; the baselines their
 best honest loop), and a policy that cannot run in a class at all is left out of it rather than
-reported as failing (``sim.policies.min_staleness``: ``areal-static-optimal`` is asynchronous by
+reported as failing (``libra.policies.min_staleness``: ``areal-static-optimal`` is asynchronous by
 design, K >= 1 only). The replay result carries the class (``RunResult.max_staleness``) and the
 loop that ran (``RunResult.mode``).
 """
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from libra.policies import min_staleness
 from sim.loop import SimConfig
-from sim.policies import min_staleness
 
 
 def class_name(max_staleness: int) -> str:

@@ -1,4 +1,4 @@
-"""Libra's policies and their ablations, by name (the simulator adds its baselines to these).
+"""Libra's policies and their ablations: one planner, a router, an optional elastic pool.
 
 | name | planner | router | elastic pool |
 | --- | --- | --- | --- |
@@ -11,14 +11,13 @@
 | ``length-predictor`` | heterogeneous | predicted final length (trained on past steps, noisy) | yes |
 | ``oracle`` | heterogeneous | true final lengths, balanced by true work: hindsight, ``sees_future`` | yes |
 
-Every factory is ``(cluster: ClusterSpec, **opts) -> Policy``. Options (all optional):
-``max_staleness`` (K, the staleness the RL algorithm tolerates, default 0: on-policy; the planner
-picks the fastest loop it allows: sync, sync + streaming, async up to K), ``mode`` ("sync"/"async":
-pins the loop instead; "async" without ``max_staleness`` means K = 1), ``streaming`` (True/False
-pins streaming in sync mode), ``mini_batches`` (optimizer steps per RL step, 4), ``replan`` ("every-step" or
-"drift"), ``drift_threshold``, ``join`` ("nonblocking"/"sync"), ``seed`` (length-predictor noise),
-``lp_sigma``, ``window`` (history steps the planner pools), ``kl`` (reference-model forward),
-``ev`` (a cost evaluator to share; built from the cluster otherwise).
+Every factory is ``(cluster, options: PolicyOptions | None = None, **kwargs) -> LibraPolicy``
+(``libra.policies.options``; keywords are applied to ``options``). What Libra reads:
+``max_staleness`` (K, default 0: on-policy; the planner picks the fastest loop it allows: sync,
+sync + streaming, async up to K; without it, ``mode="async"`` means K = ``staleness`` or 1),
+``mode`` (pins the loop), ``streaming`` (pins streaming in sync mode), ``mini_batches``,
+``replan``, ``drift_threshold``, ``join``, ``seed`` and ``lp_sigma`` (length-predictor noise),
+``window``, ``kl``, ``ev``. The baselines' pins and ``hindsight`` do not concern it.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from libra.errors import UserError
 from libra.planner.costs import CostModel, make_evaluator
 from libra.planner.plan import Plan
 from libra.planner.search import Planner, Replanner, SearchOptions
+from libra.policies.options import PolicyOptions, options_for
 from libra.pool.base import PoolPolicy
 from libra.pool.elastic import ElasticPool
 from libra.scheduling.base import RolloutScheduler
@@ -46,41 +46,42 @@ ROUTERS: tuple[str, ...] = ("least-loaded", "reactive", "cmlfq", "no-migration",
 #: Context caps tried, longest first, for a first step whose length prior fits nothing and whose
 #: workload declares no limit (``LibraPolicy._plan_assuming_cap``).
 ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
-OPTIONS: tuple[str, ...] = ("mode", "max_staleness", "streaming", "mini_batches", "replan", "drift_threshold", "join", "seed", "lp_sigma", "window", "kl", "ev")
 
 
 class LibraPolicy:
     """A Libra planner + router + optional elastic pool (see the module table)."""
 
-    def __init__(self, cluster: ClusterSpec, name: str, router: str, elastic: bool, max_buckets: int, **opts: Any) -> None:
-        unknown = sorted(set(opts) - set(OPTIONS))
-        if unknown:
-            raise UserError(f"policy {name}: unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
+    def __init__(self, cluster: ClusterSpec, name: str, router: str, elastic: bool, max_buckets: int,
+                 options: PolicyOptions | None = None, **kwargs: Any) -> None:
+        o = options_for(name, options, **kwargs)
         if router not in ROUTERS:
             raise ValueError(f"router must be one of {ROUTERS}")
-        mode = opts.get("mode")
-        if mode not in (None, "sync", "async"):
-            raise UserError(f"policy {name}: mode must be 'sync' or 'async', got {mode!r}")
         self.name = name
         self.sees_future = router == "oracle"
         self.router = router
         self.elastic = elastic
-        self.join = opts.get("join", "nonblocking")
-        self.seed = int(opts.get("seed", 0))
-        self.lp_sigma = float(opts.get("lp_sigma", 0.5))
-        self.window = int(opts.get("window", 3))
-        self._opts = dict(opts)
+        self.options = o
+        self.join = o.join
+        self.seed = o.seed
+        self.lp_sigma = o.lp_sigma
+        self.window = o.window
+        if o.max_staleness is not None:
+            k = o.max_staleness
+        elif o.staleness is not None:  # callers written before the class existed
+            k = o.staleness
+        else:
+            k = 1 if o.mode == "async" else 0
         self._options = SearchOptions(
-            mode=mode,
-            max_staleness=int(opts.get("max_staleness", 1 if mode == "async" else 0)),
-            streaming=opts.get("streaming"),
-            mini_batches=int(opts.get("mini_batches", 4)),
+            mode=o.mode,
+            max_staleness=int(k),
+            streaming=o.streaming,
+            mini_batches=o.mini_batches,
             max_buckets=max_buckets,
             window=self.window,
-            kl=bool(opts.get("kl", False)),
+            kl=o.kl,
         )
         self._cluster: ClusterSpec | None = None
-        self._ev: CostModel | None = opts.get("ev")
+        self._ev: CostModel | None = o.ev
         self._replanner: Replanner | None = None
         self._models: dict[int, tuple[Plan, RemainingWorkModel]] = {}
         self._last_model = RemainingWorkModel()
@@ -92,7 +93,7 @@ class LibraPolicy:
         self._cluster = cluster
         planner = Planner(cluster, self._ev, self._options)
         self._replanner = Replanner(
-            planner, policy=self._opts.get("replan", "every-step"), threshold=float(self._opts.get("drift_threshold", 0.15))
+            planner, policy=self.options.replan, threshold=self.options.drift_threshold
         )
 
     @property
@@ -169,14 +170,16 @@ class LibraPolicy:
 
 
 def _factory(name: str, router: str, elastic: bool, max_buckets: int = 2) -> Callable[..., LibraPolicy]:
-    def make(cluster: ClusterSpec, **opts: Any) -> LibraPolicy:
-        return LibraPolicy(cluster, name, router, elastic, max_buckets, **opts)
+    def make(cluster: ClusterSpec, options: PolicyOptions | None = None, **kwargs: Any) -> LibraPolicy:
+        return LibraPolicy(cluster, name, router, elastic, max_buckets, options, **kwargs)
 
     make.__doc__ = f"Policy {name!r}: router {router}, elastic pool {'on' if elastic else 'off'}."
     return make
 
 
-POLICIES: dict[str, Callable[..., LibraPolicy]] = {
+#: Libra and its ablations, name -> factory, in the order ``--compare`` lists them (the registry,
+#: ``libra.policies.registry``, puts the baselines first).
+LIBRA_POLICIES: dict[str, Callable[..., LibraPolicy]] = {
     "libra": _factory("libra", "cmlfq", True),
     "libra-homogeneous": _factory("libra-homogeneous", "least-loaded", False, max_buckets=1),
     "libra-hetero": _factory("libra-hetero", "reactive", False),
