@@ -28,7 +28,7 @@ KEYS: dict[str, tuple[Any, str]] = {
                              "else the profile of the engine that runs (vllm-2024 for vLLM; constants for the torch "
                              "engine, which the vLLM fits do not describe)"),
     "address": (None, "Ray cluster address to join (default: start a local Ray)"),
-    "policy": ("libra", "resource policy: libra and its ablations, or a simulator baseline (verl-static-uniform, ...)"),
+    "policy": ("libra", "resource policy: libra and its ablations, or a baseline (verl-static-uniform, verl-colocated); oracle and areal-static-optimal need the simulator"),
     "split": (None, "pin ROLLOUT:TRAIN devices (e.g. '2:2'); overrides the planner's split"),
     "bucket_bounds": (None, "force rollout buckets at these context lengths (e.g. [96]); instances are dealt to buckets round-robin"),
     "steps": (3, "RL steps to run"),
@@ -297,12 +297,17 @@ def _check(cfg: RunConfig, src: str | dict[str, str]) -> RunConfig:
 
 def _check_names(cfg: RunConfig, bad: Any) -> None:
     """Names and files the run would otherwise only trip over after the held-out evaluation and
-    Ray's start: the policy, the cost-model GPU, the calibration file."""
-    from libra.runtime.policyglue import known_policies  # the one place the runtime reaches into sim
+    Ray's start: the policy (unknown, or one a real run cannot execute: the oracle needs the
+    future, areal-static-optimal hindsight replay), the cost-model GPU, the calibration file."""
+    from libra.runtime.policyglue import check_policy, known_policies
 
     known = known_policies()
     if cfg.policy not in known:
         raise bad("policy", f"unknown policy {cfg.policy!r}; known: {', '.join(known)}")
+    try:
+        check_policy(cfg.policy)
+    except UserError as exc:
+        raise bad("policy", str(exc)) from None
     from cost_models.hardware import GPUS
 
     if cfg.gpu is not None and str(cfg.gpu).lower() not in GPUS:
