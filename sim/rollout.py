@@ -15,6 +15,11 @@ system could answer at each moment (``TrajectoryObservation`` carries no future)
   migration) and ``last_outcome`` = the outcome of the *previous* call (None before the first):
   this call's outcome is not known until it returns;
 * finish: ``scheduler.on_finish(obs)`` with the final context and the last outcome;
+* a trajectory's last call is routed like any other unless the trace says it ended at its call
+  budget (finish ``tool_limit``): a real system knows that budget when the call starts, and
+  ``libra-run`` does not route that call either. A call after which the trajectory ends for
+  another reason (its output passed the context limit: ``length``; ``abort``) is known to be the
+  last only in hindsight, so it is routed, and any move carried out, as ``libra-run`` does;
 * work conservation: a trajectory back from a tool whose instance has no room is placed again
   (``choose_instance`` with the instance holding its KV: it stays unless another has room);
   whenever an instance has room and an empty queue (its GPUs became free, a batch boundary left
@@ -41,8 +46,10 @@ from libra.planner.plan import Plan
 from libra.pool.base import InstanceState, PoolObservation, PoolPolicy, RoleChange
 from libra.scheduling.base import InstanceLoad, RolloutScheduler, TrajectoryObservation
 from libra.trace.columnar import StepArrays
-from libra.trace.records import OUTCOMES
+from libra.trace.records import FINISHES, OUTCOMES
 from sim.instance import Instance, InvariantViolation, QueueEntry, SimulationError
+
+_TOOL_LIMIT = FINISHES.index("tool_limit")
 
 if TYPE_CHECKING:  # pragma: no cover
     import simpy
@@ -136,6 +143,7 @@ class RolloutStage:
         self._lat = latencies.tolist()
         self._tool = step.tool_code.tolist()
         self._outc = step.outcome_code.tolist()
+        self._fin = step.finish_code.tolist()
         self._names = step.tool_names
         self._prompt = step.prompt_tokens.tolist()
         self._ids = step.ids
@@ -281,7 +289,7 @@ class RolloutStage:
         lat = self._lat[row]
         tool = self._names[code]
         self._turn[i] = k + 1
-        if last:  # trailing tool call (tool_limit/length/abort): it runs, then the trajectory ends
+        if last and self._fin[i] == _TOOL_LIMIT:  # the budget's last call: it runs, then the trajectory ends
             self._home[i] = None
             ev = self.env.timeout(lat)
             ev.callbacks.append(lambda _e: self._finish_traj(i, None, tool))
@@ -330,6 +338,14 @@ class RolloutStage:
     def _tool_return(self, i: int) -> None:
         now = self.env.now
         row = self._off[i] + self._turn[i] - 1
+        if row + 1 == self._off[i + 1]:  # its last call (length, abort: not known at its start): it ends now
+            home = self._home[i]
+            inst = self.instances.get(home) if home is not None else None
+            if inst is not None:
+                inst.release(i)  # the KV cached (or migrated) for a continuation that never comes
+            self._home[i] = None
+            self._finish_traj(i, None, self._names[self._tool[row]])
+            return
         self._ctx[i] += self._ttok[row]
         home = self._home[i]
         inst = self.instances.get(home) if home is not None else None

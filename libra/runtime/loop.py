@@ -33,6 +33,7 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.plan import Plan
 from libra.runtime.config import RunConfig
+from libra.scheduling.recorder import DecisionLog, recorded
 from libra.trace.columnar import StepArrays
 from libra.trace.records import Trajectory
 
@@ -67,11 +68,14 @@ def check_ray_address(address: str, timeout_s: float = 3.0) -> None:
 class Runner:
     """One ``libra-run`` (see the module docstring)."""
 
-    def __init__(self, cfg: RunConfig, log: Any = _log) -> None:
+    def __init__(self, cfg: RunConfig, log: Any = _log, decisions: DecisionLog | None = None) -> None:
         from libra.runtime.tiny_model import model_dir
 
         self.cfg = cfg
         self.log = log
+        # when given, every plan and scheduler call of the run is recorded there
+        # (``libra.scheduling.recorder``: the same wrapper a simulator replay takes)
+        self.decisions = decisions
         self.model_dir = os.path.abspath(model_dir(cfg.model))
         self.model_cfg = os.path.join(self.model_dir, "config.json")
         from libra.paths import check_output_dir
@@ -411,7 +415,7 @@ class Runner:
                                     engine=self.engine_profile)
         except Exception as exc:
             raise UserError(f"cost evaluator for {cfg.gpu_name} / {self.model_cfg}: {exc}") from None
-        policy = make_policy(cfg.policy, self.cluster, self.ev, cfg.seed, cfg.kl_coef > 0)
+        policy = recorded(make_policy(cfg.policy, self.cluster, self.ev, cfg.seed, cfg.kl_coef > 0), self.decisions)
         decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
         enc = lambda text: encode(self.tokenizer, text)  # noqa: E731
         t_run = time.perf_counter()

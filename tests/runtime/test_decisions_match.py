@@ -1,0 +1,119 @@
+"""``libra-run`` and ``libra-sim`` drive the same decision calls (issue 11, "one step interface").
+
+One real ``libra-run`` step (torch engine and trainer on CPU workers, C-MLFQ over two forced
+buckets) is recorded with ``libra.scheduling.recorder``; its trace is replayed by the simulator
+(``sim.loop.Simulator``, noise off) on the same cluster, with the same policy (by name from the
+core's registry, on the simulator's evaluator) and the same pin of split and bucket bounds,
+recorded the same way. Both backends get the recorder through the one object they
+share, the ``Policy``. Compared: the plan (split, training strategy, instances' TP and bucket,
+buckets), each trajectory's admission bucket, the (from, to, migrate) of every routing decision at
+a tool call per (trajectory, turn), the observations those decisions were made from, and what
+``on_finish`` was told. Not compared: which instance of a bucket ran what and when
+(``choose_instance``, ``next_for``), which depend on timing and differ by design.
+
+The step is built to need routing decisions: contexts cross the bound (26 tokens) at their call
+(floor moves to bucket 1), some stay below it, and the 36-token context limit ends the math
+trajectories as their tool output returns (finish ``length``), the case the backends disagreed
+on: the simulator did not route a trajectory's trailing call, which ``libra-run`` routes since it
+cannot know at the call's start that the output will end it (fixed in ``sim/rollout.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from runtime_markers import needs_ray
+
+#: one step, 4 prompts x 3 (math, two-product math, search), a 36-token context limit
+RUN = dict(steps=1, prompts_per_step=4, group_size=3, max_new_tokens=20, max_context=36, max_tool_calls=2,
+           tasks={"math": 1, "math2": 1, "search": 1}, replay=False, eval_tasks=0, engine="torch", trainer="torch",
+           devices=3, split="2:1", bucket_bounds=[26], policy="libra-cmlfq")
+
+
+def _shape(plan: Any) -> tuple[Any, ...]:
+    """The decided parts of a plan (not its notes: those carry timings and digests)."""
+    return (plan.n_rollout_gpus, plan.n_train_gpus, plan.colocated, plan.mode, plan.streaming, plan.train,
+            tuple((i.id, i.tp, i.bucket, i.node, i.first_gpu) for i in plan.instances),
+            tuple((b.index, b.tp, b.min_context, b.max_context) for b in plan.buckets))
+
+
+class _Pinned:
+    """A policy whose plans get the run's pin of split and bucket bounds, as ``libra-run`` pins
+    each plan it is given (``policyglue.pin_plan``, applied after ``Policy.plan``)."""
+
+    def __init__(self, inner: Any, cfg: Any) -> None:
+        self.inner, self.cfg = inner, cfg
+        self.name, self.sees_future = inner.name, False
+
+    def plan(self, cluster: Any, history: Any, prompt_tokens: Any) -> Any:
+        from libra.runtime.policyglue import pin_plan
+
+        return pin_plan(self.inner.plan(cluster, history, prompt_tokens), self.cfg.split_pair(), self.cfg.bucket_bounds, self.cfg.per_node)
+
+    def scheduler(self, plan: Any, future: Any = None) -> Any:
+        return self.inner.scheduler(plan)
+
+    def pool(self, plan: Any) -> Any:
+        return self.inner.pool(plan)
+
+
+@needs_ray
+def test_one_recorded_step_makes_the_same_decisions_in_both_backends(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from libra.cluster import ClusterSpec
+    from libra.runtime.config import load_config
+    from libra.runtime.loop import Runner
+    from libra.scheduling.recorder import DecisionLog, recorded
+    from libra.runtime.policyglue import make_policy
+    from sim.costs import load_costs
+    from sim.loop import SimConfig, Simulator
+    from sim.replay import load_steps
+
+    cfg = load_config(None, {"out": str(tmp_path / "run"), **RUN})
+    run = DecisionLog()
+    runner = Runner(cfg, log=lambda m: print(m, flush=True), decisions=run)
+    out = runner.run()["out"]
+
+    steps, _header = load_steps(os.path.join(out, "trace.jsonl"))
+    assert [s.step for s in steps] == [0] and steps[0].n == 12
+    cluster: ClusterSpec = runner.cluster  # the run's: devices, per node, context cap, torch trainer's one device, engine profile
+    costs = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, cfg.calibration, engine=cluster.engine)
+    conf = SimConfig(noise_sigma=0.0, seed=cfg.seed, streaming=True, mini_batches=cfg.mini_batches)
+    replay = DecisionLog()
+    # the policy by name from the core's registry, as libra-run builds it, on the simulator's evaluator
+    policy = make_policy(cfg.policy, cluster, costs.ev, cfg.seed, cfg.kl_coef > 0)
+    res = Simulator(steps, _Pinned(recorded(policy, replay), cfg), cluster, costs, conf).run()
+    assert res.steps[0].completed == 12
+
+    # the plan: the policy's own (same cluster, no history, same prompts), then the pinned one each executed
+    assert len(run.planned) == len(replay.planned) == 1 and len(run.executed) == len(replay.executed) == 1
+    a, b = run.planned[0], replay.planned[0]
+    assert (a.history_steps, a.n_prompts) == (b.history_steps, b.n_prompts) == (0, 12)
+    assert _shape(a.plan) == _shape(b.plan)
+    assert a.plan.predicted_rollout_s == pytest.approx(b.plan.predicted_rollout_s, rel=1e-9)
+    assert _shape(run.executed[0]) == _shape(replay.executed[0])
+    assert [(x.tp, x.max_context) for x in run.executed[0].buckets] == [(1, 26), (1, None)]
+
+    # admission: by the prompt alone
+    assert run.admissions(0) == replay.admissions(0) and len(run.admissions(0)) == 12
+
+    # routing at tool calls: what each decided from, then what it decided
+    assert run.route_inputs(0) == replay.route_inputs(0)
+    routes = run.routes(0)
+    assert routes == replay.routes(0)
+    assert len(routes) >= 4
+    assert any(f != t for f, t, _m in routes.values()), "some context must cross the 26-token bound at a call (a floor move)"
+    assert any(f == t for f, t, _m in routes.values()), "some trajectory must stay in its bucket"
+    ends = {t.id for t in _trajectories(out) if t.finish == "length" and t.turns[-1].tool}
+    assert ends & {k[0] for k in routes}, "a routed call after which the trajectory ended by length (the case that differed)"
+
+    # what the router was told at each finish (it learns from it)
+    assert run.finishes(0) == replay.finishes(0) and len(run.finishes(0)) == 12
+
+
+def _trajectories(out: str) -> list[Any]:
+    from libra.trace.reader import read_trajectories
+
+    return read_trajectories(os.path.join(out, "trace.jsonl"))
