@@ -2,7 +2,8 @@
 
 Backends (``sim`` and ``libra.runtime``) drive a ``Policy`` and nothing else: ``plan`` before a
 step (seeing only completed steps), ``scheduler`` to route that step's trajectories, ``pool`` to
-move workers between roles while it runs.
+move workers between roles while it runs. Every policy, the baselines included, is built by the
+core's one registry (``libra.policies``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ class Policy(Protocol):
     name: str
     #: True only for upper-bound policies (``oracle``) that are handed the step's true future;
     #: the backend then calls ``scheduler(plan, future=step_arrays)``. Every honest policy: False.
+    #: The one capability a backend hands a policy beyond observations; the registry declares it
+    #: up front (``libra.policies.registry``: ``PolicyEntry.needs``), so a backend that cannot
+    #: supply the future (``libra-run``) refuses such a policy before it starts.
     sees_future: bool
 
     def plan(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
