@@ -1,0 +1,154 @@
+"""The Ray actors a plan's shape needs, placed on devices and kept in step with the trainer.
+
+One ``EngineActor`` per rollout instance, in a placement group of one bundle of ``tp`` devices
+(``STRICT_PACK``: a TP group never crosses a node), and the trainer workers (one per DP rank for
+DeepSpeed, one for the torch trainer) in one ``PACK`` group; a colocated plan puts both on the
+same devices at half a device each. ``place`` (re)creates them only when the plan's shape
+(``policyglue.plan_shape``) changes, checkpointing the trainer first so its state survives;
+``respawn`` replaces a dead engine in its own group with the current weights; ``sync_weights``
+gathers the trainer's weights (every rank: ZeRO-3 gathers) and loads them into every engine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from libra.errors import UserError
+from libra.planner.plan import Plan
+from libra.runtime.engine_choice import engine_kind
+
+
+class Actors:
+    """The run's engines and trainer workers (see the module docstring)."""
+
+    def __init__(self, cfg: Any, model_dir: str, ckpt: str, ev: Any, log: Any) -> None:
+        self.cfg, self.model_dir, self.ckpt, self.ev, self.log = cfg, model_dir, ckpt, ev, log
+        self.use_gpu = cfg.device == "cuda"
+        self.engines: dict[int, Any] = {}
+        self.instances: dict[int, Any] = {}  # the rollout's view of each engine (rollout_state.Instance)
+        self.trainers: list[Any] = []
+        self.groups: list[Any] = []
+        self.shape: Any = None
+        self.weights_ref: Any = None
+        self.plan: Plan | None = None
+        self.engine_kind: str | None = None  # set when engines are first started
+
+    def engine_opts(self) -> dict[str, Any]:
+        cfg = self.cfg
+        self.engine_kind = kind = engine_kind(cfg)
+        if kind == "torch":
+            return {"device": cfg.device, "seed": cfg.seed, "max_context": cfg.max_context, "threads": cfg.threads}
+        return {"device": cfg.device, "seed": cfg.seed, "max_context": cfg.max_context, "kv_gib": cfg.vllm_kv_gib}
+
+    def learner_opts(self, plan: Plan) -> dict[str, Any]:
+        cfg = self.cfg
+        return {"model_dir": self.model_dir, "backend": cfg.trainer, "zero_stage": cfg.zero_stage or plan.train.zero_stage,
+                "lr": cfg.lr, "clip": cfg.clip, "kl_coef": cfg.kl_coef, "mini_batches": cfg.mini_batches,
+                "seed": cfg.seed, "device": cfg.device, "threads": cfg.threads}
+
+    def train_world(self, plan: Plan) -> int:
+        """Trainer workers: the plan's DP for DeepSpeed, one for the torch trainer."""
+        return max(1, plan.train.dp) if self.cfg.trainer == "deepspeed" else 1
+
+    def teardown(self) -> None:
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        for h in list(self.engines.values()):
+            try:
+                ray.get(h.shutdown.remote(), timeout=30)
+            except Exception:
+                pass
+            ray.kill(h)
+        for h in self.trainers:
+            ray.kill(h)
+        for pg in self.groups:
+            remove_placement_group(pg)
+        self.engines, self.trainers, self.groups = {}, [], []
+
+    def place(self, plan: Plan, from_checkpoint_only: bool = False) -> float:
+        """(Re)create actors for ``plan``'s shape; returns seconds spent (0 when unchanged).
+        ``from_checkpoint_only``: the trainer died, do not try to checkpoint it first."""
+        import ray
+
+        from libra.runtime.actors import make_group, start_engine, start_trainers
+        from libra.runtime.policyglue import plan_shape
+        from libra.runtime.rollout_state import Instance
+
+        self.plan = plan
+        shape = plan_shape(plan)
+        if shape == self.shape:
+            return 0.0
+        t0 = time.perf_counter()
+        if self.trainers and not from_checkpoint_only:  # keep the trainer's state across the re-placement
+            self.checkpoint()
+        self.teardown()
+        opts = self.engine_opts()
+        self.instances = {}
+        frac = 0.5 if plan.colocated else 1.0
+        for inst in plan.instances:
+            pg = make_group(1, self.use_gpu, "STRICT_PACK", frac, per_bundle=inst.tp)
+            self.groups.append(pg)
+            h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, opts, self.use_gpu, inst.tp, frac)
+            self.engines[inst.id] = h
+            self.instances[inst.id] = Instance(inst.id, inst.tp, inst.bucket, inst.node, h, kv_capacity=self.kv_capacity(inst.tp))
+        world = self.train_world(plan)
+        tpg = make_group(world, self.use_gpu, "PACK", frac)
+        self.groups.append(tpg)
+        self.trainers = start_trainers(tpg, world, self.learner_opts(plan), self.use_gpu, frac)
+        try:
+            ray.get([h.pid.remote() for h in self.engines.values()])
+        except ray.exceptions.RayActorError as exc:  # an engine that cannot start is a setup problem, not a crash
+            tps = sorted({i.tp for i in plan.instances})
+            lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+            why = next((ln for ln in reversed(lines) if ("Error" in ln or "error" in ln) and "further information" not in ln),
+                       lines[-1] if lines else type(exc).__name__)
+            hint = "; --engine torch runs without vLLM" if self.engine_kind == "vllm" else ""
+            raise UserError(f"the {self.engine_kind} rollout engine could not start for the plan's instances (TP {tps}): {why}{hint}") from None
+        ray.get([w.pid.remote() for w in self.trainers])
+        done = ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])[0]
+        if done or self.weights_ref is not None:
+            self.sync_weights()
+        self.shape = shape
+        return time.perf_counter() - t0
+
+    def kv_capacity(self, tp: int) -> int:
+        try:
+            return int(self.ev.kv_capacity_tokens(tp)) or (1 << 20)
+        except Exception:
+            return 1 << 20
+
+    def respawn(self, inst: Any) -> Any:
+        """A replacement engine for a dead instance, in the same placement group, current weights."""
+        import ray
+
+        from libra.runtime.actors import start_engine
+
+        assert self.plan is not None
+        pg = self.groups[list(self.engines).index(inst.id)]
+        h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, self.engine_opts(), self.use_gpu, inst.tp,
+                         0.5 if self.plan.colocated else 1.0)
+        if self.weights_ref is not None:
+            ray.get(h.load_state_dict.remote(self.weights_ref))
+        self.engines[inst.id] = h
+        self.log(f"rollout instance {inst.id} died; replaced (pid {ray.get(h.pid.remote())}), its trajectories re-queued")
+        return h
+
+    def sync_weights(self) -> float:
+        """The trainer's weights into every engine; seconds spent."""
+        import ray
+
+        t0 = time.perf_counter()
+        states = ray.get([w.state_dict.remote() for w in self.trainers])  # every rank (ZeRO-3 gathers)
+        self.weights_ref = ray.put(states[0])
+        ray.get([h.load_state_dict.remote(self.weights_ref) for h in self.engines.values()])
+        return time.perf_counter() - t0
+
+    def checkpoint(self) -> float:
+        """Every trainer worker saves to the run's checkpoint folder; seconds spent."""
+        import ray
+
+        t0 = time.perf_counter()
+        ray.get([w.save_checkpoint.remote(self.ckpt) for w in self.trainers])
+        return time.perf_counter() - t0
