@@ -333,3 +333,21 @@ def test_training_limit_that_fits_nothing_says_what_would(ev: CostEvaluator) -> 
     assert ok.n_train_gpus == need
     with pytest.raises(UserError, match="max_train_gpus"):
         ClusterSpec(4, "a800", "qwen3-8b", max_train_gpus=0)
+
+
+def test_async_candidates_are_ranked_by_the_expected_step_not_the_cliff() -> None:
+    # async steps are max(rollout, train + sync): ranked by the prediction, a split whose
+    # predicted rollout just fits under the training chain beat one with slack by 0.05 s, and
+    # replayed slower (search-drift, 64 B200, K=1: 4 rollout GPUs, 24.7 s/step against 22.5 s
+    # for a fixed 16, SIMULATED). The expectation over an uncertain rollout prefers the slack.
+    from libra.planner.search import expected_step_s, rollout_factors
+
+    finals = np.array([1000, 2000, 4000])
+    tight = ("async", False, 17.0, 17.8, 0.9)  # predicted rollout 17.0 under a chain of 18.7
+    slack = ("async", False, 9.0, 17.85, 0.9)  # 9.0 under 18.75
+    assert step_time(*tight[0:1], *tight[2:]) < step_time(*slack[0:1], *slack[2:])  # the prediction prefers the cliff
+    assert expected_step_s(*tight, finals, 4) > expected_step_s(*slack, finals, 4)  # the expectation does not
+    assert expected_step_s(*tight, finals, 4, sigma=0.0) == step_time(*tight[0:1], *tight[2:])
+    # sync loops: the rollout is only scaled by its mean factor, the order of two candidates with the same rollout is kept
+    a = expected_step_s("sync", False, 10.0, 5.0, 1.0, finals, 4)
+    assert a == pytest.approx(10.0 * float(rollout_factors(0.3).mean()) + 6.0)

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 
 import numpy as np
 
@@ -112,6 +113,40 @@ def coarse_unit(n_gpus: int, gpus_per_node: int) -> int:
     return unit
 
 
+#: Candidates are ranked by their *expected* step time with the rollout uncertain
+#: (``Candidate.robust_s``, ``expected_step_s``): the rollout takes its prediction times a
+#: lognormal factor of this sigma; the reported prediction stays the model's. The rollout is the
+#: uncertain stage: the load model misses replay by 15-30% and a step's tail is not known before
+#: it runs (two of twelve generated Search-R1 steps had twice the others' critical path), while
+#: the training and sync predictions are within a few percent. For sync loops the expectation only
+#: scales the rollout by ``exp(sigma^2 / 2)``; for async loops it prices the cliff of
+#: ``max(rollout, train + sync)``: ranked by the prediction itself, the planner kept the fewest
+#: rollout GPUs whose predicted rollout just fitted under the training chain (search-drift on 64
+#: B200, K=1: 4 of 64 GPUs rolling out, predicted 18.8 s per step, replayed 24.7 s, where a fixed
+#: 16 replays 22.5 s; SIMULATED).
+ROLLOUT_SIGMA = 0.3
+#: The standard-normal quantiles the expectation is taken over (midpoints of 16 equal-mass bins).
+_Z = np.array([NormalDist().inv_cdf((k + 0.5) / 16) for k in range(16)])
+
+
+def rollout_factors(sigma: float) -> np.ndarray:
+    """The lognormal factors on a predicted rollout the expectation averages over."""
+    return np.exp(float(sigma) * _Z)
+
+
+def expected_step_s(mode: LoopMode, streaming: bool, rollout_s: float, train_s: float, sync_s: float,
+                    final_context: np.ndarray, mini_batches: int, sigma: float = ROLLOUT_SIGMA) -> float:
+    """The step time of a loop averaged over an uncertain rollout (``ROLLOUT_SIGMA``): what the
+    search ranks by. ``sigma`` 0 gives the prediction itself (``step_time``/``streaming_step_s``)."""
+    out = []
+    for r in rollout_s * rollout_factors(sigma):
+        if streaming:
+            out.append(streaming_step_s(float(r), train_s, sync_s, final_context, mini_batches))
+        else:
+            out.append(step_time(mode, float(r), train_s, sync_s))
+    return float(np.mean(out))
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """Knobs of the search. ``tps``: rollout TP degrees allowed (None: every valid one);
@@ -128,6 +163,7 @@ class SearchOptions:
     unit: int | None = None  # outer-loop step; None: train_unit()
     colocated: bool = True  # sync mode: also price the time-shared (verl-style) plan
     amortize_steps: float = 4.0  # a transition is charged 1/amortize_steps per step (see module doc)
+    rollout_sigma: float = ROLLOUT_SIGMA  # candidates are ranked by their expected step with the rollout this uncertain (0: the prediction)
 
     def __post_init__(self) -> None:
         if self.max_staleness < 0:
@@ -173,6 +209,7 @@ class Candidate:
     mode: LoopMode = "sync"
     streaming: bool = False
     mode_step_s: dict[str, float] = field(default_factory=dict)  # every allowed loop's predicted step (no transition)
+    robust_s: float = float("nan")  # the expected step with the rollout uncertain (``ROLLOUT_SIGMA``): the rank (NaN: step_s)
 
     @property
     def idle_rollout_gpus(self) -> int:
@@ -185,10 +222,12 @@ class Candidate:
         return loop_name(self.mode, self.streaming)
 
     def rank(self) -> tuple[float, int, int, int]:
-        """Order of preference: predicted step time, then the loop with less staleness (sync,
-        streaming, async), then no idle rollout GPUs, then more training GPUs (ties happen in
-        async mode, where the longer stage hides the other)."""
-        return (self.step_s, LOOP_ORDER[self.loop], self.idle_rollout_gpus, -self.n_train)
+        """Order of preference: the expected step time with the rollout uncertain (``ROLLOUT_SIGMA``),
+        then the loop with less staleness (sync, streaming, async), then no idle rollout GPUs,
+        then more training GPUs (ties happen in async mode, where the longer stage hides the
+        other)."""
+        key = self.step_s if self.robust_s != self.robust_s else self.robust_s
+        return (key, LOOP_ORDER[self.loop], self.idle_rollout_gpus, -self.n_train)
 
 
 #: Preference among equally fast loops: the least staleness and machinery first.
@@ -319,6 +358,8 @@ class Planner:
         loops = self.options.loop_modes()
         overlap = any(m == "async" or st for m, st in loops)  # a loop where training may hide under the rollout
         finals = stats.final_context
+        sigma = self.options.rollout_sigma
+        factors = rollout_factors(sigma)
 
         def visit(grid: list[int]) -> None:
             visited.update(grid)
@@ -326,10 +367,11 @@ class Planner:
             for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
                 ro = rollout[n_train]
                 assert ro is not None
-                incumbent = state["incumbent"]
+                incumbent = state["incumbent"]  # the best rank key so far (expected step time)
+                ro_robust = float(ro.makespan_s * factors.mean())  # the expected rollout: every loop's step is at least that
                 # bound: what the training stage may still take for this split to beat the incumbent
-                budget = incumbent - (0.0 if overlap else ro.makespan_s) - fixed
-                if budget <= 0 or ro.makespan_s >= incumbent:
+                budget = incumbent - (0.0 if overlap else ro_robust) - fixed
+                if budget <= 0 or ro_robust >= incumbent:
                     state["skipped"] += 1
                     continue
                 tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=budget)
@@ -347,15 +389,17 @@ class Planner:
                     else:
                         base = step_time(mode, ro.makespan_s, train_s, sync)
                     per_loop[loop_name(mode, streaming)] = float(base)
+                    robust = expected_step_s(mode, streaming, ro.makespan_s, train_s, sync, finals, self.options.mini_batches, sigma)
                     trans = transition_s(self.step_costs, self.cluster, current, n_train, tree.best, ro.instances, mode)
                     st = base + trans / self.options.amortize_steps
-                    c = Candidate(n_train, tree.best, train_s, ro, sync, trans, st, mode=mode, streaming=streaming, mode_step_s=per_loop)
+                    c = Candidate(n_train, tree.best, train_s, ro, sync, trans, st, mode=mode, streaming=streaming, mode_step_s=per_loop,
+                                  robust_s=float(robust) + trans / self.options.amortize_steps)
                     if best_c is None or c.rank() < best_c.rank():
                         best_c = c
                 if best_c is None:
                     continue
                 cands.append(best_c)
-                state["incumbent"] = min(incumbent, best_c.step_s)
+                state["incumbent"] = min(incumbent, best_c.rank()[0])
 
         coarse = self.options.unit is None and coarse_unit(N, self.cluster.gpus_per_node)
         if coarse:
@@ -388,9 +432,10 @@ class Planner:
         N = self.cluster.n_gpus
         n_train = self.cluster.train_gpu_cap
         ro = dp.best(N)
-        if ro is None or ro.makespan_s >= incumbent:
+        ro_robust = None if ro is None else float(ro.makespan_s * rollout_factors(self.options.rollout_sigma).mean())
+        if ro is None or ro_robust is None or ro_robust >= incumbent:
             return None
-        tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=incumbent - ro.makespan_s - fixed)
+        tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=incumbent - ro_robust - fixed)
         if tree.best is None:
             return None
         switch = self.step_costs.colocated_overhead_s(tree.best, ro.instances)
@@ -398,7 +443,8 @@ class Planner:
         train_s = tree.best_time_s + fixed
         base = ro.makespan_s + train_s + switch
         st = base + trans / self.options.amortize_steps
-        return Candidate(n_train, tree.best, train_s, ro, switch, trans, st, colocated=True, mode_step_s={"sync": base})
+        return Candidate(n_train, tree.best, train_s, ro, switch, trans, st, colocated=True, mode_step_s={"sync": base},
+                         robust_s=ro_robust + train_s + switch + trans / self.options.amortize_steps)
 
     def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:
         """Splits in the order the outer loop visits them: a good incumbent early makes the
