@@ -295,8 +295,11 @@ def run_replay(spec: ReplaySpec, loaded: tuple[Any, Any] | None = None, costs: A
         gpn = node_size(spec.gpu)
         cluster = ClusterSpec(spec.gpus, spec.gpu, spec.model, gpn, engine=spec.engine, **limits)
         costs = costs if costs is not None else load_costs(spec.gpu, spec.model, gpn, engine=spec.engine)
-        res = replay_policy(steps, spec.policy, cluster, SimConfig(max_staleness=spec.max_staleness, seed=spec.seed,
-                                                                    noise_sigma=spec.noise), costs=costs, **dict(spec.opts))
+        opts = dict(spec.opts)
+        hook = POOL_HOOKS[opts.pop("pool")] if "pool" in opts else None
+        config = SimConfig(max_staleness=spec.max_staleness, seed=spec.seed, noise_sigma=spec.noise)
+        with _policy_hook(hook):
+            res = replay_policy(steps, spec.policy, cluster, config, costs=costs, **opts)
     except Exception as exc:  # reported, not raised: a sweep of experiments must go on
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "spec": asdict(spec), "host_s": time.process_time() - t0}
     rows = [{k: s.row()[k] for k in _STEP_FIELDS if k in s.row()} for s in res.steps]
@@ -315,6 +318,52 @@ def run_replay(spec: ReplaySpec, loaded: tuple[Any, Any] | None = None, costs: A
         "colocated": bool(res.notes.get("colocated", False)), "sees_future": bool(res.notes.get("sees_future", False)),
         "steps": rows, "host_s": time.process_time() - t0,
     }
+
+
+def eager_pool(policy: Any) -> Any:
+    """The policy with its elastic pool made eager: lend an idle rollout instance after 0.05 s
+    and whenever the tail is longer than nothing (``grace_s=0.05``, ``payoff_factor=0``; what
+    ``libra-run --pool-grace-s 0.05 --pool-payoff-factor 0`` does). A what-if, not Libra's
+    policy: it exists to measure what a join costs when loans happen (the default pool declines
+    every loan on the bundled traces)."""
+    make = policy.pool
+
+    def pool(plan: Any) -> Any:
+        p = make(plan)
+        if p is not None:
+            p.grace_s, p.payoff_factor = 0.05, 0.0
+        return p
+
+    policy.pool = pool
+    return policy
+
+
+#: Pool variants a ``ReplaySpec`` may ask for with ``opts`` ``("pool", NAME)``.
+POOL_HOOKS: dict[str, Callable[[Any], Any]] = {"eager": eager_pool}
+
+
+class _policy_hook:
+    """Within the block, ``sim.replay`` builds policies through ``hook`` (None: unchanged). Why
+    here: the what-if variants are the experiments' own, so the simulator stays untouched."""
+
+    def __init__(self, hook: Callable[[Any], Any] | None) -> None:
+        self.hook = hook
+        self.saved: Any = None
+
+    def __enter__(self) -> None:
+        if self.hook is None:
+            return
+        import sim.replay as R
+
+        self.saved = R.resolve
+        hook, orig = self.hook, R.resolve
+        R.resolve = lambda *a, **kw: hook(orig(*a, **kw))  # type: ignore[assignment]
+
+    def __exit__(self, *exc: object) -> None:
+        if self.saved is not None:
+            import sim.replay as R
+
+            R.resolve = self.saved  # type: ignore[assignment]
 
 
 def run_group(items: Sequence[tuple[str, ReplaySpec]]) -> list[tuple[str, dict[str, Any]]]:

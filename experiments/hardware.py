@@ -1,0 +1,91 @@
+"""Hardware what-if: A800 vs H100 vs H200 vs B200 vs GB200 for one GPU budget; GPU-hours and
+wall-clock per 1,000 RL steps.
+
+    .venv/bin/python experiments/hardware.py [--size smoke|quick|full] [--out experiments/results]
+
+The bundled SWE trace (Qwen3-14B) on the same number of GPUs of each kind (GB200: 4-GPU trays
+in a 72-GPU NVLink domain), Libra and the on-policy baselines (K=0). Per GPU kind: throughput,
+and the wall-clock hours and GPU-hours 1,000 RL steps would take at the replay's mean step time.
+SIMULATED replays; no prices are assumed (GPU-hours, not dollars).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exp_common import TRACES, Context, Figure, ReplaySpec, Section, finish_figure, fx, md_table, ok, pick, pyplot, ratio, \
+    replays, script_main, write_csv
+
+NAME = "hardware"
+TITLE = "Hardware what-if: five GPU kinds for one budget; cost of 1,000 RL steps"
+POLICIES = ("libra", "verl-colocated", "verl-static-uniform")
+TRACE, MODEL = "swe-qwen3-14b.jsonl.gz", "qwen3-14b"
+
+
+def shape(size: str) -> dict[str, Any]:
+    return pick(size, {"gpus": 16, "kinds": ("a800", "h100"), "steps": "0:1"},
+                {"gpus": 64, "kinds": ("a800", "h100", "h200", "b200", "gb200"), "steps": "0:3"},
+                {"gpus": 64, "kinds": ("a800", "h100", "h200", "b200", "gb200"), "steps": None})
+
+
+def inputs(size: str) -> dict[str, Any]:
+    return {"shape": shape(size), "policies": POLICIES}
+
+
+def run(ctx: Context) -> Section:
+    sh = shape(ctx.size)
+    specs = [ReplaySpec(str(TRACES / TRACE), sh["steps"], sh["gpus"], g, MODEL, p) for g in sh["kinds"] for p in POLICIES]
+    rs = []
+    for s, r in zip(specs, replays(ctx, specs)):
+        step = r.get("mean_step_s") if ok(r) else float("nan")
+        rs.append({"gpu": s.gpu, "gpus": s.gpus, "policy": s.policy, "status": r["status"],
+                   "throughput_tok_s": r.get("throughput_tok_s") if ok(r) else float("nan"), "mean_step_s": step,
+                   "wall_h_per_1000_steps": step * 1000 / 3600, "gpu_h_per_1000_steps": step * 1000 / 3600 * s.gpus,
+                   "split": r.get("split"), "rollout_tps": r.get("rollout_tps"), "mode": r.get("mode"), "error": r.get("error")})
+    write_csv(ctx.dir / "hardware.csv", rs)
+    plt = pyplot()
+    import numpy as np
+
+    kinds = list(sh["kinds"])
+    w = 0.8 / len(POLICIES)
+    figs = []
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for i, p in enumerate(POLICIES):
+        ax.bar(np.arange(len(kinds)) + i * w, [next(r["throughput_tok_s"] for r in rs if r["gpu"] == g and r["policy"] == p) for g in kinds], w, label=p)
+    ax.set_xticks(np.arange(len(kinds)) + w, [g.upper() for g in kinds])
+    ax.set_ylabel("generated tok/s (SIMULATED)")
+    ax.legend(fontsize=7)
+    finish_figure(fig, ctx.dir / "hardware_throughput.png", f"SIMULATED throughput by GPU kind, {sh['gpus']} GPUs, {MODEL}, SWE trace")
+    figs.append(Figure("hardware_throughput.png", "SIMULATED throughput by GPU kind",
+                       f"The bundled SWE trace on {sh['gpus']} GPUs of each kind, per policy."))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for i, p in enumerate(POLICIES):
+        sel = [next(r for r in rs if r["gpu"] == g and r["policy"] == p) for g in kinds]
+        axes[0].bar(np.arange(len(kinds)) + i * w, [r["wall_h_per_1000_steps"] for r in sel], w, label=p)
+        axes[1].bar(np.arange(len(kinds)) + i * w, [r["gpu_h_per_1000_steps"] for r in sel], w, label=p)
+    axes[0].set_ylabel("wall-clock h per 1,000 steps (SIMULATED)")
+    axes[1].set_ylabel("GPU-hours per 1,000 steps (SIMULATED)")
+    for ax in axes:
+        ax.set_xticks(np.arange(len(kinds)) + w, [g.upper() for g in kinds])
+        ax.legend(fontsize=7)
+    finish_figure(fig, ctx.dir / "hardware_cost.png", "SIMULATED cost of 1,000 RL steps by GPU kind")
+    figs.append(Figure("hardware_cost.png", "SIMULATED cost of 1,000 RL steps",
+                       "Wall-clock hours (left) and GPU-hours (right) of 1,000 RL steps at each replay's mean step time; the "
+                       "same GPU count for every kind, so the two panels differ by that constant."))
+    lib = {r["gpu"]: r for r in rs if r["policy"] == "libra"}
+    base = lib[kinds[0]]
+    body = ("Libra, 1,000 steps: " + "; ".join(f"{g.upper()} {lib[g]['wall_h_per_1000_steps']:.0f} h wall, "
+                                                  f"{lib[g]['gpu_h_per_1000_steps']:,.0f} GPU-h ({fx(ratio(base['mean_step_s'], lib[g]['mean_step_s']))} "
+                                                  f"faster than {kinds[0].upper()})" for g in kinds)
+            + ". Libra against the best K=0 baseline per kind: "
+            + ", ".join(f"{g.upper()} {fx(ratio(lib[g]['throughput_tok_s'], max(r['throughput_tok_s'] for r in rs if r['gpu'] == g and r['policy'] != 'libra')))}" for g in kinds)
+            + ".\n\n" + md_table(("GPU", "policy", "gen tok/s", "mean step s", "h / 1,000 steps", "GPU-h / 1,000 steps", "split", "rollout TPs", "loop"),
+                                 [(r["gpu"], r["policy"], f"{r['throughput_tok_s']:,.0f}", f"{r['mean_step_s']:.1f}",
+                                   f"{r['wall_h_per_1000_steps']:.1f}", f"{r['gpu_h_per_1000_steps']:,.0f}", r["split"], r["rollout_tps"],
+                                   r["mode"]) for r in rs]))
+    return Section(NAME, TITLE, f"One GPU budget ({sh['gpus']} GPUs) of each kind running the bundled SWE trace.", figs, body, {},
+                   ["hardware.csv"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(script_main(NAME, run, __doc__))
