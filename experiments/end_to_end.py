@@ -45,10 +45,15 @@ def policies(size: str, k: int) -> tuple[str, ...]:
     return pick(size, (), BASE_K1 + ("libra", "libra-homogeneous", "libra-hetero", "libra-cmlfq"), BASE_K1 + LIBRA_ALL)
 
 
+def traces(size: str) -> tuple[tuple[str, str, str], ...]:
+    """The bundled traces replayed (smoke: the SWE trace alone, the quickest to read)."""
+    return pick(size, BUNDLED[:1], BUNDLED, BUNDLED)
+
+
 def specs(size: str, k: int, only: tuple[str, ...] | None = None) -> list[ReplaySpec]:
     """The replays of class ``k`` (``only``: a subset of the policies), trace by trace."""
     out = []
-    for _, fname, model in BUNDLED:
+    for _, fname, model in traces(size):
         for p in policies(size, k):
             if only is None or p in only:
                 out.append(ReplaySpec(str(TRACES / fname), steps_for(size), GPUS, GPU, model, p, k))

@@ -186,8 +186,8 @@ def pyplot() -> Any:
 
 
 def finish_figure(fig: Any, path: Path, title: str) -> None:
-    """Title the figure, check that the title and every y axis say SIMULATED (or that the
-    figure is a prediction, PREDICTED), save it as PNG and close it. Why a check: these figures
+    """Title the figure, check that the title and every labelled y axis say SIMULATED, save it
+    as PNG and close it. Why a check: these figures
     travel without their captions; a reader must never mistake them for measurements."""
     plt = pyplot()
     if SIMULATED not in title:
@@ -197,8 +197,8 @@ def finish_figure(fig: Any, path: Path, title: str) -> None:
         if not ax.get_visible() or not ax.has_data():
             continue
         label = ax.get_ylabel()
-        if label and SIMULATED not in label and "PREDICTED" not in label:
-            raise ValueError(f"y axis {label!r} of {path.name} must say {SIMULATED} (or PREDICTED for a cost-model prediction)")
+        if label and SIMULATED not in label:
+            raise ValueError(f"y axis {label!r} of {path.name} must say {SIMULATED}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -53,7 +53,7 @@ def run(ctx: Context) -> Section:
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("measured request latency, s")
-        ax.set_ylabel("predicted latency, s (PREDICTED)")
+        ax.set_ylabel("predicted latency, s (SIMULATED cost model)")
         ax.set_title(name, fontsize=9)
         ax.legend(fontsize=7)
     finish_figure(fig, ctx.dir / "fidelity.png", "Cost-model fidelity: PREDICTED vs measured engine runs (inputs of every SIMULATED number)")
@@ -62,7 +62,7 @@ def run(ctx: Context) -> Section:
                         f"median TP speed-up error {c.speedup_err['cv'] or float('nan'):.1f}%, median pred/measured {c.ratio['cv']:.2f}"
                         for n, c in cv.items())
     body = summary + ".\n\n" + "\n".join(tables)
-    fig_ = Figure("fidelity.png", "PREDICTED vs measured engine runs",
+    fig_ = Figure("fidelity.png", "PREDICTED vs measured engine runs (the cost model under every SIMULATED number)",
                   "Each measured request (published vLLM / TensorRT-LLM benchmark runs, A100 and H100, TP 1-4) against the "
                   "cost model's prediction for a model the profile was not fitted on (cv, circles) and with the pre-profile "
                   "constants (crosses); the diagonal is a perfect prediction. Every SIMULATED number in this page is built "

@@ -31,7 +31,7 @@ VARIANTS = (("default pool", None, "nonblocking"), ("default pool", None, "sync"
 
 
 def steps_for(size: str) -> str:
-    return pick(size, "0:2", "0:6", "0:20")
+    return pick(size, "0:1", "0:6", "0:20")
 
 
 def specs(size: str) -> list[ReplaySpec]:

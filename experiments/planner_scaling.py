@@ -82,7 +82,7 @@ def run(ctx: Context) -> Section:
             + md_table(("GPUs", "K", "trajectories", "CPU ms", "splits", "cut", "plan", "loop", "rollout", "pred. step s"),
                        [(r["gpus"], r["K"], r["trajectories"], f"{r['search_cpu_s'] * 1e3:.0f}", r["candidates"], r["cut_by_bound"],
                          r["plan"], r["loop"], r["rollout_tps"], f"{r['predicted_step_s']:.1f}") for r in rs]))
-    fig_ = Figure("planner_scaling.png", "Planner search time vs GPUs",
+    fig_ = Figure("planner_scaling.png", "Planner search time vs GPUs (host CPU; plans for a SIMULATED cluster)",
                   "CPU time of one cold hierarchical search (fresh memo tables) as the cluster grows, on-policy (K=0) and "
                   "with one step of staleness allowed (K=1, more loops priced). A host measurement of the planner code.")
     return Section(NAME, TITLE, "How long Libra's planner takes to decide a step as the cluster grows to 4,096 GPUs.", [fig_], body,

@@ -230,14 +230,12 @@ def describe(rows: list[dict[str, Any]], metric: str, above: bool = True, tie: f
     if not hit:
         return head
     shared, common = [], []
-    for a in AXES:
-        vals = Counter(str(r[a]) for r in hit)
-        allv = Counter(str(r[a]) for r in measured)
-        v, n = vals.most_common(1)[0]
-        if n == len(hit) and allv[v] < len(measured):
-            shared.append(f"{a}={v}")
-        elif n >= max(2, 0.6 * len(hit)) and allv[v] < len(measured) and n / len(hit) > allv[v] / len(measured) + 0.2:
-            common.append(f"{a}={v} ({n})")
+    for a in AXES:  # name a value the hits share markedly more often than the measured cells do
+        v, n = Counter(str(r[a]) for r in hit).most_common(1)[0]
+        share_hit = n / len(hit)
+        share_all = sum(str(r[a]) == v for r in measured) / len(measured)
+        if share_hit >= 0.6 and share_hit - share_all >= 0.25:
+            (shared if n == len(hit) else common).append(f"{a}={v}" if n == len(hit) else f"{a}={v} ({n})")
     best = max(hit, key=lambda r: r[metric]) if above else min(hit, key=lambda r: r[metric])
     out = head
     if shared:

@@ -25,7 +25,7 @@ LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def steps_for(size: str) -> str | None:
-    return pick(size, "0:2", None, None)
+    return pick(size, "0:1", None, None)
 
 
 def inputs(size: str) -> dict[str, Any]:
