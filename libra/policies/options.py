@@ -21,7 +21,10 @@ Fields (all optional):
 * the static baselines' pins (None: the baseline chooses): ``split`` (rollout, train GPUs),
   ``rollout_tp``, ``train_tp``, ``train_pp``, ``train_ep``, ``micro_batch``;
 * a backend's what-if capability: ``hindsight``, a ``HindsightReplayer`` over the whole trace
-  (only the simulator can offer one; ``areal-static-optimal`` needs it).
+  (only the simulator can offer one; ``areal-static-optimal`` needs it);
+* a user's pin of every plan: ``pin``, a ``libra.policies.pinned.PlanPin`` (split and/or bucket
+  bounds, ``libra-run --split/--bucket-bounds``), applied by the registry's ``resolve`` around
+  any policy (``pinned``), so the plan the policy returns is the pinned one every backend runs.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from libra.errors import UserError
 if TYPE_CHECKING:
     from libra.planner.costs import CostModel
     from libra.policies.hindsight import HindsightReplayer
+    from libra.policies.pinned import PlanPin
 
 #: The modes a loop may be pinned to.
 MODES: tuple[str, ...] = ("sync", "async")
@@ -64,6 +68,7 @@ class PolicyOptions:
     train_ep: int | None = None
     micro_batch: int | None = None
     hindsight: HindsightReplayer | None = field(default=None, compare=False, repr=False)
+    pin: PlanPin | None = None
 
     @property
     def staleness_class(self) -> int:

@@ -29,7 +29,8 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.policies.areal import HINDSIGHT_NEEDED, MIN_STALENESS, NAME as AREAL, areal_static_optimal
 from libra.policies.libra_policy import LIBRA_POLICIES
-from libra.policies.options import PolicyOptions
+from libra.policies.options import PolicyOptions, options_for
+from libra.policies.pinned import pinned_by
 from libra.policies.verl import verl_colocated, verl_static_uniform
 from libra.policy import Policy
 
@@ -118,5 +119,8 @@ def check_backend(name: str, offers: Collection[str], backend: str) -> None:
 def resolve(name: str, cluster: ClusterSpec, options: PolicyOptions | None = None, **kwargs: Any) -> Policy:
     """The policy ``name`` built for ``cluster`` from ``options`` (keywords applied on top; an
     unknown one is a ``UserError`` naming the known options, an unknown name one naming the
-    policies)."""
-    return entry(name).factory(cluster, options, **kwargs)
+    policies). With ``pin`` set (``PolicyOptions.pin``) the policy's plans come pinned
+    (``libra.policies.pinned``): every backend that builds it here executes the same pinned plan."""
+    e = entry(name)
+    o = options_for(name, options, **kwargs)
+    return pinned_by(e.factory(cluster, o), o.pin)  # type: ignore[no-any-return]

@@ -54,7 +54,9 @@ class Decision:
 @dataclass(frozen=True, slots=True)
 class PlanRecord:
     """A ``Policy.plan`` call: the plan it returned for ``history_steps`` completed steps and
-    ``n_prompts`` prompts (before any pin a backend's configuration applies)."""
+    ``n_prompts`` prompts. A user's pin of split/bucket bounds is part of the policy
+    (``libra.policies.pinned``, inside the recorder), so this is the pinned plan the backend
+    executed."""
 
     history_steps: int
     n_prompts: int

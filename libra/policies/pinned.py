@@ -1,0 +1,144 @@
+"""A policy whose plans carry a user's pin of the device split and/or the bucket bounds.
+
+Why a wrapper in the core: ``libra-run --split R:T --bucket-bounds [B]`` used to adjust each
+plan after ``Policy.plan`` returned it, in the runtime. The plan a backend executed was then not
+the plan the policy returned: the decision recorder (``libra.scheduling.recorder``) logged one
+plan and the run executed another, and the fidelity replay (``libra-sim replay`` of the run's
+trace) replayed the unpinned policy, so ``fidelity.csv`` compared two different plans. Now the
+pin is part of the policy: ``pinned(policy, split, bounds, per_node).plan(...)`` returns the
+pinned plan, which is the plan every backend records, routes with and executes. The registry
+applies it from ``PolicyOptions.pin`` (``resolve``), so ``libra-run`` and ``libra-sim replay``
+(``--plan-split``/``--bucket-bounds``) build the same pinned policy.
+
+What a pin does (``pin_plan``): a split gives the rollout side ``R`` TP-1 instances (node
+``i // per_node``) in one bucket and a DP-``T`` trainer (TP 1, PP 1) on the rest, not colocated;
+bucket bounds cut the instances' context range at the given lengths, dealing the instances to
+the buckets round-robin by (TP, id). The loop (``mode``, ``streaming``) stays the policy's. The
+predictions stay those of the plan the policy chose (the pinned shape is not re-priced), and the
+plan says so in ``notes["pinned"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from libra.cluster import ClusterSpec
+from libra.errors import UserError
+from libra.planner.plan import Bucket, Plan, RolloutInstance
+from libra.pool.base import PoolPolicy
+from libra.scheduling.base import RolloutScheduler
+from libra.trace.columnar import StepArrays
+
+
+@dataclass(frozen=True)
+class PlanPin:
+    """What a user pinned: ``split`` (rollout, train devices), ``bucket_bounds`` (increasing
+    context lengths), ``per_node`` (devices per node, to place the split's instances)."""
+
+    split: tuple[int, int] | None = None
+    bucket_bounds: tuple[int, ...] | None = None
+    per_node: int = 1
+
+    def __post_init__(self) -> None:
+        if self.split is not None:
+            r, t = self.split
+            if r < 1 or t < 1:
+                raise UserError(f"pinned split {r}:{t}: both sides must be >= 1")
+        if self.bucket_bounds is not None:
+            b = list(self.bucket_bounds)
+            if not all(isinstance(x, int) and x > 0 for x in b) or b != sorted(set(b)):
+                raise UserError(f"pinned bucket bounds {b}: must be increasing positive context lengths")
+        if self.per_node < 1:
+            raise UserError(f"pinned plan: devices per node must be >= 1, got {self.per_node}")
+
+    @property
+    def empty(self) -> bool:
+        """Nothing pinned (the policy's plans stand as they are)."""
+        return self.split is None and not self.bucket_bounds
+
+    def text(self) -> str:
+        """How the log and ``Plan.notes["pinned"]`` name the pin, e.g. ``split 2:1, bucket bounds [26]``."""
+        parts = []
+        if self.split is not None:
+            parts.append(f"split {self.split[0]}:{self.split[1]}")
+        if self.bucket_bounds:
+            parts.append(f"bucket bounds {list(self.bucket_bounds)}")
+        return ", ".join(parts)
+
+
+def pin_plan(plan: Plan, pin: PlanPin) -> Plan:
+    """``plan`` with ``pin`` applied (see the module docstring); ``plan`` itself when nothing is pinned."""
+    if pin.empty:
+        return plan
+    if pin.split is not None:
+        r, t = pin.split
+        per_node = pin.per_node
+        insts = tuple(RolloutInstance(i, 1, 0, i // per_node, i % per_node) for i in range(r))
+        plan = replace(plan, n_rollout_gpus=r, n_train_gpus=t, instances=insts, colocated=False,
+                       buckets=(Bucket(0, 1, 0, None),), train=replace(plan.train, tp=1, pp=1, dp=t))
+    bounds = list(pin.bucket_bounds or ())
+    if bounds:
+        n_b = min(len(bounds) + 1, len(plan.instances))
+        edges: list[int | None] = [0, *bounds[: n_b - 1], None]
+        tps = sorted(i.tp for i in plan.instances)
+        buckets = tuple(Bucket(b, tps[min(b, len(tps) - 1)], edges[b], edges[b + 1]) for b in range(n_b))  # type: ignore[arg-type]
+        insts = tuple(replace(inst, bucket=k % n_b) for k, inst in enumerate(sorted(plan.instances, key=lambda i: (i.tp, i.id))))
+        plan = replace(plan, buckets=buckets, instances=tuple(sorted(insts, key=lambda i: i.id)))
+    return replace(plan, notes={**plan.notes, "pinned": pin.text()})
+
+
+class PinnedPolicy:
+    """``inner`` with every plan pinned (``pin_plan``); the scheduler and the pool are the inner
+    policy's, made for the pinned plan the backend hands back."""
+
+    def __init__(self, inner: Any, pin: PlanPin) -> None:
+        self.inner = inner
+        self.pin = pin
+        self._plan: Plan | None = None  # the last pinned plan (what ``libra.sim`` reads as the policy's plan notes)
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.inner, "name", "?"))
+
+    @property
+    def sees_future(self) -> bool:
+        return bool(getattr(self.inner, "sees_future", False))
+
+    def plan(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
+        """The inner policy's plan with the pin applied; a split larger than the cluster is a ``UserError``."""
+        if self.pin.split is not None and sum(self.pin.split) > cluster.n_gpus:
+            raise UserError(f"pinned split {self.pin.split[0]}:{self.pin.split[1]} needs {sum(self.pin.split)} devices; "
+                            f"the cluster has {cluster.n_gpus}")
+        self._plan = pin_plan(self.inner.plan(cluster, history, prompt_tokens), self.pin)
+        return self._plan
+
+    def scheduler(self, plan: Plan, future: StepArrays | None = None) -> RolloutScheduler:
+        # a policy that does not see the future may not take the argument at all
+        return self.inner.scheduler(plan) if future is None else self.inner.scheduler(plan, future=future)  # type: ignore[no-any-return]
+
+    def pool(self, plan: Plan) -> PoolPolicy | None:
+        return self.inner.pool(plan)  # type: ignore[no-any-return]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "pin"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)  # the inner policy's own extras (options, planner) stay visible
+
+
+def pinned(policy: Any, split: tuple[int, int] | None, bounds: Sequence[int] | None, per_node: int) -> Any:
+    """``policy`` whose ``plan()`` returns its plans pinned to ``split`` and/or ``bounds``
+    (``policy`` itself when both are None/empty): the one place a user's pin becomes part of
+    the decision, for every backend."""
+    pin = PlanPin(tuple(split) if split is not None else None, tuple(bounds) if bounds else None, per_node)  # type: ignore[arg-type]
+    return pinned_by(policy, pin)
+
+
+def pinned_by(policy: Any, pin: PlanPin | None) -> Any:
+    """``policy`` wrapped with ``pin`` (``policy`` itself when ``pin`` is None or empty)."""
+    if pin is None or pin.empty:
+        return policy
+    return PinnedPolicy(policy, pin)
