@@ -46,10 +46,11 @@ KEYS: dict[str, tuple[Any, str]] = {
     "clip": (0.2, "GRPO/PPO ratio clip"),
     "kl_coef": (0.0, "KL penalty to the initial model (0: no reference model)"),
     "mini_batches": (2, "optimizer steps per RL step"),
-    "streaming": (True, "train each mini-batch as soon as its GRPO groups have finished, while the rollout tail runs (on-policy; "
-                        "ignored for colocated plans)"),
-    "max_staleness": (0, "staleness the RL algorithm tolerates (the simulator's --max-staleness); libra-run's loop is on-policy "
-                         "(sync, streamed mini-batches), so only 0 is accepted"),
+    "streaming": (None, "train each mini-batch as soon as its GRPO groups have finished, while the rollout tail runs (on-policy); "
+                        "default: the plan's choice (Plan.streaming, the loop the policy priced fastest); true/false pins it, as "
+                        "libra-sim replay --streaming/--no-streaming do; colocated plans never stream"),
+    "max_staleness": (0, "staleness the RL algorithm tolerates (the simulator's --max-staleness); libra-run runs on-policy loops "
+                         "only (sync, sync + streaming), so only 0 is accepted; libra-sim replay --max-staleness K prices asynchronous RL"),
     "pool_grace_s": (None, "elastic pool: seconds an instance must have been idle before it is lent (default: the pool's, 1.0)"),
     "pool_min_tail_s": (None, "elastic pool: least remaining rollout it assumes while trajectories are unfinished (default: the pool's, 0)"),
     "pool_payoff_factor": (None, "elastic pool: lend only if remaining rollout > factor x role-change round trip (default: the pool's, 1.0)"),
@@ -103,7 +104,7 @@ class RunConfig:
     clip: float = 0.2
     kl_coef: float = 0.0
     mini_batches: int = 2
-    streaming: bool = True
+    streaming: bool | None = None
     max_staleness: int = 0
     pool_grace_s: float | None = None
     pool_min_tail_s: float | None = None
@@ -256,12 +257,15 @@ def _check(cfg: RunConfig, src: str | dict[str, str]) -> RunConfig:
             continue
         if not rng.ok(v):
             raise bad(k, f"must be {rng.text()} ({KEYS[k][1].split(';')[0].split(' (')[0]}), got {v!r}")
-    for k in ("streaming", "resume", "replay"):
+    for k in ("resume", "replay"):
         if not isinstance(getattr(cfg, k), bool):
             raise bad(k, f"must be true or false, got {getattr(cfg, k)!r}")
-    if isinstance(cfg.max_staleness, bool) or not isinstance(cfg.max_staleness, int) or cfg.max_staleness != 0:
-        raise bad("max_staleness", "libra-run's loop is on-policy (sync, with streamed mini-batches); asynchronous RL "
-                                   f"(max_staleness >= 1) is simulated only (libra-sim replay --max-staleness K), got {cfg.max_staleness!r}")
+    if cfg.streaming is not None and not isinstance(cfg.streaming, bool):
+        raise bad("streaming", f"must be true, false or unset (unset: the plan's choice), got {cfg.streaming!r}")
+    if cfg.max_staleness != 0:  # the range check above already refused anything but an integer >= 0
+        raise bad("max_staleness", f"libra-run runs on-policy loops only (sync, sync + streaming: max_staleness 0); asynchronous RL "
+                                   f"(max_staleness {cfg.max_staleness}) is not implemented here, and libra-sim replay TRACE "
+                                   f"--max-staleness {cfg.max_staleness} prices it, got {cfg.max_staleness!r}")
     if cfg.devices_per_node is not None and cfg.devices_per_node > cfg.devices:
         raise bad("devices_per_node", f"must be <= devices ({cfg.devices}), got {cfg.devices_per_node}")
     if not isinstance(cfg.tasks, dict):

@@ -1,15 +1,19 @@
 """The RL loop of ``libra-run``: plan, roll out, train, sync weights, checkpoint, record.
 
-Synchronous on-policy GRPO. Before each step the policy core plans the split of the devices
-(``Policy.plan`` on the completed steps' measured trajectories); actors are (re)placed when the
+Synchronous on-policy GRPO (staleness class 0: ``max_staleness`` >= 1 is refused when the
+configuration is read). Before each step the policy core plans the split of the devices
+(``Policy.plan`` on the completed steps' measured trajectories; a user's pin of split/bucket
+bounds is part of that policy, ``libra.policies.pinned``); actors are (re)placed when the
 plan's shape changes; the rollout is routed by the policy's scheduler (``rollout``); the trainer
 workers update on the step's trajectories; the new weights go to every rollout instance.
 
-With ``streaming`` (the default; not for colocated plans, which time-share devices) the update
-runs inside the rollout stage: each mini-batch trains as soon as its GRPO groups have finished
-(``streaming``), still on-policy (the engines keep the step's weights until the sync after the
-last mini-batch). Training is then running while the rollout drains, so the elastic pool can
-lend idle instances, which join as gradient helpers (torch trainer; ``helper``).
+The loop is the plan's (``Plan.streaming``, the policy's choice; the ``streaming`` key pins it,
+as ``libra-sim --streaming/--no-streaming`` do; ``update.streams``). Streamed (never for
+colocated plans, which time-share devices), the update runs inside the rollout stage: each
+mini-batch trains as soon as its GRPO groups have finished (``streaming``), still on-policy
+(the engines keep the step's weights until the sync after the last mini-batch). Training is
+then running while the rollout drains, so the elastic pool can lend idle instances, which join
+as gradient helpers (torch trainer; ``helper``).
 
 Faults: a rollout worker that dies mid-step is replaced and its trajectories continue elsewhere
 (``rollout``); a trainer worker that dies is replaced by a fresh group that resumes from the last
@@ -180,7 +184,11 @@ class Runner:
                                     engine=self.engine_profile)
         except Exception as exc:
             raise UserError(f"cost evaluator for {cfg.gpu_name} / {self.model_cfg}: {exc}") from None
-        policy = recorded(make_policy(cfg.policy, self.cluster, self.ev, cfg.seed, cfg.kl_coef > 0), self.decisions)
+        # the run's pin of split/bucket bounds is part of the policy (``libra.policies.pinned``), so the
+        # plan it returns, the plan recorded and the plan executed are one object
+        policy = recorded(make_policy(cfg.policy, self.cluster, self.ev, cfg.seed, cfg.kl_coef > 0, streaming=cfg.streaming,
+                                      mini_batches=cfg.mini_batches, split=cfg.split_pair(), bucket_bounds=cfg.bucket_bounds,
+                                      per_node=cfg.per_node), self.decisions)
         self.actors = Actors(cfg, self.model_dir, self.ckpt, self.ev, self.log)
         self.updater = Updater(cfg, self.actors, self.model_dir, self.log)
         t_run = time.perf_counter()
@@ -240,11 +248,12 @@ class Runner:
         """One RL step: plan, (re)place actors, roll out (the update streamed into it, or after
         it), checkpoint, record (trace, ``steps.csv``, the log line)."""
         from libra.runtime.grpo import Sample, group_advantages
-        from libra.runtime.policyglue import describe_plan, pin_plan, plan_from_prior
+        from libra.runtime.policyglue import describe_plan, plan_from_prior
         from libra.runtime.recording import progress, prune_checkpoints, write_run_trace, write_steps_csv
         from libra.runtime.rollout import Rollout
         from libra.runtime.step_row import step_done_line, step_row
         from libra.runtime.tiny_model import encode
+        from libra.runtime.update import loop_name, streams
 
         cfg, actors, updater = self.cfg, self.actors, self.updater
         decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
@@ -254,10 +263,15 @@ class Runner:
         eps = self._episodes(step)
         t0 = time.perf_counter()
         plan = policy.plan(self.cluster, list(self.history), np.array([len(e.prompt_ids) for e in eps], np.int64))
-        plan = pin_plan(plan, cfg.split_pair(), cfg.bucket_bounds, cfg.per_node)
+        if plan.mode != "sync":  # the policy was built with staleness class 0 (make_policy): a core bug, not the user's
+            raise RuntimeError(f"policy {cfg.policy} planned a {plan.mode} loop (staleness {plan.max_staleness}) in staleness class 0; "
+                               f"libra-run runs on-policy loops only")
         self.plan = plan
         plan_s = time.perf_counter() - t0
-        self.log(f"step {step} ({step + 1}/{cfg.steps}) plan ({cfg.policy}): {describe_plan(plan, len(self.history))}")
+        loop = loop_name(plan, cfg.streaming)
+        whose = "the plan's" if cfg.streaming is None else f"pinned by streaming: {str(cfg.streaming).lower()}"
+        self.log(f"step {step} ({step + 1}/{cfg.steps}) plan ({cfg.policy}): {describe_plan(plan, len(self.history))}; "
+                 f"loop {loop} ({whose})")
         setup_s = actors.place(plan)
         self._check_stop()
         # planners give the torch trainer one device (ClusterSpec.max_train_gpus); a pinned split may still give more
@@ -269,7 +283,7 @@ class Runner:
         sched = policy.scheduler(plan)
         pool = self._tune_pool(policy.pool(plan))
         kills = [(float(f.get("at_s", 1.0)), int(f.get("instance", 0))) for f in cfg.faults if f["kill"] == "rollout" and f["step"] == step]
-        streamer = updater.streamer(len(eps), step) if cfg.streaming and not plan.colocated else None
+        streamer = updater.streamer(len(eps), step) if streams(plan, cfg.streaming) else None
         ro = Rollout(plan, actors.instances, self.tools, sched, decode, enc, ev=self.ev, pool=pool, max_batch=cfg.max_batch,
                      respawn=actors.respawn, faults=kills, training=streamer).run(eps)
         self._pool_counts = [a + b for a, b in zip(self._pool_counts, (1, pool is not None, ro.pool_consulted, ro.pool_consulted_training,
@@ -325,11 +339,13 @@ class Runner:
             plot_steps(self.out, self.rows, heldout if heldout.get("after") else None)
         if cfg.replay and self.rows and not summary.get("interrupted"):
             try:
-                streamed = any(float(r.get("streaming") or 0) for r in self.rows)
+                # the same policy as the run's: its pin, loop pin, seed, KL and mini-batches (so each step is
+                # compared with the simulation of the same plan)
                 fid = replay_fidelity(self.out, os.path.join(self.out, "trace.jsonl"), self.rows, cfg.devices, cfg.per_node, cfg.gpu_name,
-                                      self.model_cfg, cfg.policy, calibration=cfg.calibration, streaming=streamed,
+                                      self.model_cfg, cfg.policy, calibration=cfg.calibration, streaming=cfg.streaming,
                                       mini_batches=cfg.mini_batches, max_context=cfg.max_context,
-                                      max_train_gpus=self._max_train_gpus(), engine_profile=self.engine_profile)
+                                      max_train_gpus=self._max_train_gpus(), engine_profile=self.engine_profile,
+                                      split=cfg.split_pair(), bucket_bounds=cfg.bucket_bounds, seed=cfg.seed, kl_coef=cfg.kl_coef)
                 summary["fidelity"] = fid
                 if fid:
                     plot_fidelity(self.out, fid)

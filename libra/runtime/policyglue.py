@@ -1,6 +1,7 @@
 """The policy core as the runtime uses it: resolving a policy name (any in the one registry,
 ``libra.policies``: Libra's, its ablations', the baselines'), refusing up front the policies a
-real run cannot execute, the cluster it plans for, and plan adjustments a run config may pin.
+real run cannot execute, the options it is built with (the run's loop options and its pin of split/bucket bounds, which
+the core applies: ``libra.policies.pinned``), and the plan's log line.
 
 It imports only the core: the runtime and the simulator are two backends of the same policies
 and never import each other. A real run offers no capability beyond the observations
@@ -11,12 +12,12 @@ registry's reason when the configuration is read (``libra.runtime.config``), bef
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
 from typing import Any
 
 from libra.cluster import ClusterSpec
-from libra.planner.plan import Bucket, Plan, RolloutInstance
-from libra.policies import PolicyOptions, check_backend, policy_names, resolve
+from libra.planner.plan import Plan
+from libra.policies import PlanPin, PolicyOptions, check_backend, policy_names, resolve
 from libra.policy import Policy
 
 #: What ``libra-run`` offers a policy beyond the observations (``libra.policies.CAPABILITIES``): nothing.
@@ -34,29 +35,20 @@ def check_policy(name: str) -> None:
     check_backend(name, RUNTIME_OFFERS, "libra-run")
 
 
-def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool) -> Policy:
+def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool, *, streaming: bool | None = None,
+                mini_batches: int = 4, split: tuple[int, int] | None = None, bucket_bounds: Sequence[int] | None = None,
+                per_node: int = 1) -> Policy:
     """The named policy, sharing ``ev`` (the run's cost evaluator, so a baseline plans with the
-    run's calibration too)."""
+    run's calibration too), with the run's loop options: ``streaming`` (None: the policy chooses
+    whether a split plan streams, True/False: the user pinned it, as ``libra-sim --streaming``
+    does) and ``mini_batches`` (the optimizer steps per RL step the streamed loop is priced
+    with), and the run's pin of ``split``/``bucket_bounds`` as part of the policy
+    (``libra.policies.pinned``): the plan it returns is the pinned plan the run executes and
+    records. The staleness class is 0 (libra-run's loops are on-policy)."""
     check_policy(name)
-    return resolve(name, cluster, PolicyOptions(ev=ev, seed=seed, kl=kl))
-
-
-def pin_plan(plan: Plan, split: tuple[int, int] | None, bounds: list[int] | None, per_node: int) -> Plan:
-    """``plan`` with a pinned ROLLOUT:TRAIN split (TP-1 rollout instances on the rollout side, a
-    DP trainer on the rest) and/or forced bucket boundaries (instances dealt round-robin)."""
-    if split is not None:
-        r, t = split
-        insts = tuple(RolloutInstance(i, 1, 0, i // per_node, i % per_node) for i in range(r))
-        plan = replace(plan, n_rollout_gpus=r, n_train_gpus=t, instances=insts, colocated=False,
-                       buckets=(Bucket(0, 1, 0, None),), train=replace(plan.train, tp=1, pp=1, dp=t))
-    if bounds:
-        n_b = min(len(bounds) + 1, len(plan.instances))
-        edges = [0, *bounds[: n_b - 1], None]
-        tps = sorted(i.tp for i in plan.instances)
-        buckets = tuple(Bucket(b, tps[min(b, len(tps) - 1)], edges[b], edges[b + 1]) for b in range(n_b))  # type: ignore[arg-type]
-        insts = tuple(replace(inst, bucket=k % n_b) for k, inst in enumerate(sorted(plan.instances, key=lambda i: (i.tp, i.id))))
-        plan = replace(plan, buckets=buckets, instances=tuple(sorted(insts, key=lambda i: i.id)))
-    return plan
+    pin = PlanPin(split, tuple(bucket_bounds) if bucket_bounds else None, per_node)
+    return resolve(name, cluster, PolicyOptions(ev=ev, seed=seed, kl=kl, max_staleness=0, streaming=streaming,
+                                                mini_batches=mini_batches, pin=pin))
 
 
 def plan_shape(plan: Plan) -> tuple[Any, ...]:
@@ -88,8 +80,8 @@ def pool_summary(steps: int, steps_with_pool: int, consulted: int, consulted_tra
     if lent == 0 and consulted > 0 and consulted_training == 0:
         if streaming:
             return head + ": no streamed mini-batch was running when it was consulted"
-        return (head + ": it lends only while training runs, and with streaming off libra-run's synchronous loop trains only "
-                "after rollout ends, so training was never running when it was consulted")
+        return (head + ": it lends only while training runs, and in steps that do not stream (the plan's loop, or streaming: "
+                "false) libra-run's synchronous loop trains only after rollout ends, so training was never running when it was consulted")
     if lent == 0 and consulted == 0:
         return head + ": no rollout event consulted it"
     if lent == 0 and declined == 0 and streaming:
@@ -123,5 +115,7 @@ def describe_plan(plan: Plan, measured_steps: int | None = None) -> str:
     origin = "" if prior is None else (" (from measured steps)" if not prior else
                                        " (a guess from the length prior: no step measured yet, so it assumes prior-length "
                                        "trajectories; later steps are planned from measured ones)")
+    pin = plan.notes.get("pinned")
+    pinned = f"; pinned ({pin}): the predictions are those of the plan the policy chose before the pin" if pin else ""
     return (f"{split}; rollout instances TP {tps}; buckets {buckets}; training TP{t.tp} PP{t.pp} DP{t.dp} ZeRO-{t.zero_stage}; "
-            f"predicted rollout {plan.predicted_rollout_s:.2f} s, train {plan.predicted_train_s:.2f} s{origin}")
+            f"predicted rollout {plan.predicted_rollout_s:.2f} s, train {plan.predicted_train_s:.2f} s{origin}{pinned}")

@@ -268,20 +268,28 @@ def fidelity_line(fidelity: Sequence[dict[str, Any]]) -> str:
 
 
 def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], devices: int, per_node: int, gpu: str, model: str,
-                    policy: str, timeout_s: float = 600, calibration: str | None = None, streaming: bool = False,
+                    policy: str, timeout_s: float = 600, calibration: str | None = None, streaming: bool | None = False,
                     mini_batches: int = 1, max_context: int | None = None, max_train_gpus: int | None = None,
-                    engine_profile: str | None = None) -> list[dict[str, Any]]:
-    """Replay ``trace`` with ``libra-sim replay`` on the same devices and policy (no noise) and
-    write ``fidelity.csv``: measured and simulated rollout/train/step seconds per step.
+                    engine_profile: str | None = None, split: tuple[int, int] | None = None,
+                    bucket_bounds: Sequence[int] | None = None, seed: int | None = None, kl_coef: float = 0.0) -> list[dict[str, Any]]:
+    """Replay ``trace`` with ``libra-sim replay`` on the same devices and the same policy (no
+    noise) and write ``fidelity.csv``: measured and simulated rollout/train/step seconds per step.
+
+    The same policy means the policy built with the run's options, so that each step is compared
+    with the simulation of the same plan: ``split``/``bucket_bounds`` (the run's pin, part of its
+    policy: ``libra.policies.pinned``) go on as ``--plan-split``/``--bucket-bounds``, ``seed``
+    and ``kl_coef`` as ``--seed``/``--kl``, ``mini_batches`` as ``--mini-batches`` (the planner
+    prices the streamed loop with it). ``streaming`` is the run's pin of the loop: True/False go
+    on as ``--streaming``/``--no-streaming``; None (the run followed each plan's own choice)
+    passes neither, so the replayed policy chooses the loop the same way.
 
     ``calibration`` (the run's ``calibration`` key) is passed on as ``--calibration``, so the
     simulator predicts with the same operator timings as the run's planner did; without it a
     replay on ``cpu`` would use the CPU roofline guess and the comparison would measure that.
 
-    ``streaming`` (the run trained mini-batches while its rollout drained) replays with
-    ``--streaming --mini-batches M``, so the simulated step overlaps the same way, and the measured
-    step is rollout + train - train_overlap_s + sync. The simulated step is the simulator's own
-    ``step_s`` when streaming (its training overlaps its rollout), else rollout + train + sync.
+    A step the run streamed (its ``streaming`` column) is measured as rollout + train -
+    train_overlap_s + sync; a step the simulator streamed (its ``mode`` sync+streaming) is
+    simulated as its critical path (training overlaps its rollout), else rollout + train + sync.
 
     ``max_train_gpus`` (1 for the torch trainer, a single worker) is passed on as
     ``--max-train-gpus``, so the replay's policy plans for the same training backend the run had.
@@ -292,10 +300,17 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
     """
     rdir = os.path.join(out_dir, "replay")
     cmd = [sys.executable, "-m", "sim.cli", "replay", trace, "--gpus", str(devices), "--gpus-per-node", str(per_node), "--gpu", gpu,
-           "--model", model, "--policy", policy, "--noise", "0", "--out", rdir]
-    # batch mode: one mini-batch (the simulator's update time does not depend on the count)
-    # the loop the run had, not the replayed policy's own choice (libra-sim lets Libra choose to stream)
-    cmd += ["--streaming", "--mini-batches", str(max(1, mini_batches))] if streaming else ["--no-streaming", "--mini-batches", "1"]
+           "--model", model, "--policy", policy, "--noise", "0", "--out", rdir, "--mini-batches", str(max(1, mini_batches))]
+    if streaming is not None:  # the user pinned the loop; else the replayed policy chooses as the run's did
+        cmd += ["--streaming" if streaming else "--no-streaming"]
+    if split is not None:
+        cmd += ["--plan-split", f"{int(split[0])}:{int(split[1])}"]
+    if bucket_bounds:
+        cmd += ["--bucket-bounds", ",".join(str(int(b)) for b in bucket_bounds)]
+    if seed is not None:
+        cmd += ["--seed", str(int(seed))]
+    if kl_coef:
+        cmd += ["--kl", repr(float(kl_coef))]
     if max_context:  # the run planned its first step with the prior scaled into its context cap
         cmd += ["--max-context", str(int(max_context))]
     if max_train_gpus:  # the run's training backend uses at most this many devices
@@ -321,17 +336,20 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
                 return math.nan
 
         m_roll, m_train = f(r["rollout_s"]), f(r["train_s"])
-        streamed = streaming and f(r.get("streaming", 0)) == 1  # a colocated step does not stream (here or simulated)
+        streamed = f(r.get("streaming", 0)) == 1  # the loop this step ran (a colocated step does not stream)
         overlap = f(r.get("train_overlap_s", 0.0)) if streamed else 0.0
         m_step = m_roll + m_train - (overlap if overlap == overlap else 0.0) + f(r["sync_s"])
         s_roll, s_train, s_sync = f(s["rollout_makespan_s"]), f(s["train_s"]), f(s["sync_s"])
         s_step = s_roll + s_train + s_sync
-        if streamed:  # the simulated training overlapped its rollout: its critical path
+        sim_streamed = s.get("mode") == "sync+streaming"
+        if sim_streamed:  # the simulated training overlapped its rollout: its critical path
             s_step = s_roll + s_sync + max(0.0, f(s["train_start_s"]) + s_train - f(s["rollout_start_s"]) - s_roll)
         out.append({"step": r["step"], "measured_rollout_s": m_roll, "sim_rollout_s": s_roll, "measured_train_s": m_train,
                     "sim_train_s": s_train, "measured_sync_s": f(r["sync_s"]), "sim_sync_s": s_sync, "measured_step_s": m_step,
                     "sim_step_s": s_step, "step_ratio_sim_over_measured": s_step / m_step if m_step > 0 else math.nan,
-                    "sim_n_rollout": s.get("n_rollout_gpus"), "sim_n_train": s.get("n_train_gpus")})
+                    "sim_n_rollout": s.get("n_rollout_gpus"), "sim_n_train": s.get("n_train_gpus"),
+                    "same_split": int(str(r.get("n_rollout")) == str(s.get("n_rollout_gpus")) and str(r.get("n_train")) == str(s.get("n_train_gpus"))),
+                    "measured_loop": "sync+streaming" if streamed else "sync", "sim_loop": s.get("mode", "")})
     if out:
         with open(os.path.join(out_dir, "fidelity.csv"), "w", newline="", encoding="utf-8") as fh:
             w = csv.DictWriter(fh, fieldnames=list(out[0]))

@@ -19,6 +19,21 @@ from libra.planner.plan import Plan
 from libra.runtime.placement import Actors
 
 
+def streams(plan: Plan, pinned: bool | None) -> bool:
+    """Whether the step runs the streamed loop (sync + streaming) rather than the batch update:
+    the plan's choice (``Plan.streaming``, the policy's decision) unless the user pinned it
+    (``streaming: true/false``, as ``libra-sim --streaming/--no-streaming`` override it). A
+    colocated plan never streams: rollout and training time-share its devices. The same rule as
+    the simulator's loop (``sim/loop.py``), so both backends run the loop the core decided."""
+    want = plan.streaming if pinned is None else pinned
+    return bool(want) and plan.mode == "sync" and not plan.colocated
+
+
+def loop_name(plan: Plan, pinned: bool | None) -> str:
+    """The loop a step runs, by the simulator's names: ``sync`` or ``sync+streaming``."""
+    return "sync+streaming" if streams(plan, pinned) else "sync"
+
+
 class Updater:
     """Runs each step's update over ``actors``' trainer workers (see the module docstring)."""
 

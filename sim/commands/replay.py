@@ -58,6 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lenient", action="store_true", help="skip invalid trace lines (reported) instead of failing")
     p.add_argument("--fail-gpu", action="append", default=[], metavar="STEP:SECONDS:GPU", help="take GPU away SECONDS into STEP's rollout (repeatable)")
     p.add_argument("--split", default=None, metavar="ROLLOUT:TRAIN", help="pin the GPU split (baselines)")
+    p.add_argument("--plan-split", default=None, metavar="ROLLOUT:TRAIN",
+                   help="pin every plan the policy returns to ROLLOUT TP-1 instances and a DP trainer on TRAIN GPUs "
+                        "(libra.policies.pinned, any policy; libra-run's split key, which its fidelity replay passes)")
+    p.add_argument("--bucket-bounds", default=None, metavar="N[,N...]",
+                   help="pin every plan's rollout buckets at these context lengths, instances dealt round-robin "
+                        "(libra.policies.pinned; libra-run's bucket_bounds key)")
     p.add_argument("--rollout-tp", type=_positive_int, default=None, help="pin the rollout TP (baselines)")
     p.add_argument("--train-tp", type=_positive_int, default=None, help="pin the training TP")
     p.add_argument("--train-pp", type=_positive_int, default=None, help="pin the training PP")
@@ -71,14 +77,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --compare: policies replayed in parallel processes (default: CPU cores; 1 = in this process)")
 
 
-def _parse_split(text: str | None) -> tuple[int, int] | None:
+def _parse_split(text: str | None, flag: str = "--split") -> tuple[int, int] | None:
     if text is None:
         return None
     try:
         a, b = text.split(":")
         return int(a), int(b)
     except ValueError:
-        raise UserError(f"--split {text!r}: expected ROLLOUT:TRAIN GPU counts, e.g. 24:24") from None
+        raise UserError(f"{flag} {text!r}: expected ROLLOUT:TRAIN GPU counts, e.g. 24:24") from None
+
+
+def _parse_bounds(text: str | None) -> tuple[int, ...] | None:
+    """``--bucket-bounds 26,96`` -> (26, 96)."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(x) for x in str(text).split(",") if x.strip())
+    except ValueError:
+        raise UserError(f"--bucket-bounds {text!r}: expected increasing context lengths, e.g. 96 or 40,96") from None
 
 
 def _parse_classes(text: str) -> list[int]:
@@ -270,6 +286,14 @@ def run(args: argparse.Namespace) -> int:
     pins = dict(split=_parse_split(args.split), rollout_tp=args.rollout_tp, train_tp=args.train_tp, train_pp=args.train_pp,
                 train_ep=args.train_ep, micro_batch=args.micro_batch)
     pins = {k: v for k, v in pins.items() if v is not None}
+    plan_split = _parse_split(args.plan_split, "--plan-split")
+    bounds = _parse_bounds(args.bucket_bounds)
+    if plan_split is not None or bounds:
+        from libra.policies.pinned import PlanPin
+
+        if plan_split is not None and sum(plan_split) > args.gpus:
+            raise UserError(f"--plan-split {args.plan_split}: needs {sum(plan_split)} GPUs, --gpus is {args.gpus}")
+        pins["pin"] = PlanPin(plan_split, bounds or None, gpn)
     from cost_models.errors import CostModelError
 
     results = []

@@ -3,9 +3,10 @@
 One real ``libra-run`` step (torch engine and trainer on CPU workers, C-MLFQ over two forced
 buckets) is recorded with ``libra.scheduling.recorder``; its trace is replayed by the simulator
 (``sim.loop.Simulator``, noise off) on the same cluster, with the same policy (by name from the
-core's registry, on the simulator's evaluator) and the same pin of split and bucket bounds,
-recorded the same way. Both backends get the recorder through the one object they
-share, the ``Policy``. Compared: the plan (split, training strategy, instances' TP and bucket,
+core's registry, on the simulator's evaluator, with the run's loop options) and the same pin of
+split and bucket bounds, which is part of that policy (``libra.policies.pinned``), recorded the
+same way: in each backend the plan the policy returned is the plan it executed. Both backends
+get the recorder through the one object they share, the ``Policy``. Compared: the plan (split, training strategy, instances' TP and bucket,
 buckets), each trajectory's admission bucket, the (from, to, migrate) of every routing decision at
 a tool call per (trajectory, turn), the observations those decisions were made from, and what
 ``on_finish`` was told. Not compared: which instance of a bucket ran what and when
@@ -40,26 +41,6 @@ def _shape(plan: Any) -> tuple[Any, ...]:
             tuple((b.index, b.tp, b.min_context, b.max_context) for b in plan.buckets))
 
 
-class _Pinned:
-    """A policy whose plans get the run's pin of split and bucket bounds, as ``libra-run`` pins
-    each plan it is given (``policyglue.pin_plan``, applied after ``Policy.plan``)."""
-
-    def __init__(self, inner: Any, cfg: Any) -> None:
-        self.inner, self.cfg = inner, cfg
-        self.name, self.sees_future = inner.name, False
-
-    def plan(self, cluster: Any, history: Any, prompt_tokens: Any) -> Any:
-        from libra.runtime.policyglue import pin_plan
-
-        return pin_plan(self.inner.plan(cluster, history, prompt_tokens), self.cfg.split_pair(), self.cfg.bucket_bounds, self.cfg.per_node)
-
-    def scheduler(self, plan: Any, future: Any = None) -> Any:
-        return self.inner.scheduler(plan)
-
-    def pool(self, plan: Any) -> Any:
-        return self.inner.pool(plan)
-
-
 @needs_ray
 def test_one_recorded_step_makes_the_same_decisions_in_both_backends(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from libra.cluster import ClusterSpec
@@ -80,21 +61,30 @@ def test_one_recorded_step_makes_the_same_decisions_in_both_backends(tmp_path) -
     assert [s.step for s in steps] == [0] and steps[0].n == 12
     cluster: ClusterSpec = runner.cluster  # the run's: devices, per node, context cap, torch trainer's one device, engine profile
     costs = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, cfg.calibration, engine=cluster.engine)
-    conf = SimConfig(noise_sigma=0.0, seed=cfg.seed, streaming=True, mini_batches=cfg.mini_batches)
+    # the loop is the plan's in both (streaming unset here, as in the run)
+    conf = SimConfig(noise_sigma=0.0, seed=cfg.seed, streaming=cfg.streaming, mini_batches=cfg.mini_batches)
     replay = DecisionLog()
-    # the policy by name from the core's registry, as libra-run builds it, on the simulator's evaluator
-    policy = make_policy(cfg.policy, cluster, costs.ev, cfg.seed, cfg.kl_coef > 0)
-    res = Simulator(steps, _Pinned(recorded(policy, replay), cfg), cluster, costs, conf).run()
+    # the policy by name from the core's registry, built as libra-run builds it (its pin included),
+    # on the simulator's evaluator
+    policy = make_policy(cfg.policy, cluster, costs.ev, cfg.seed, cfg.kl_coef > 0, streaming=cfg.streaming, mini_batches=cfg.mini_batches,
+                         split=cfg.split_pair(), bucket_bounds=cfg.bucket_bounds, per_node=cfg.per_node)
+    res = Simulator(steps, recorded(policy, replay), cluster, costs, conf).run()
     assert res.steps[0].completed == 12
 
-    # the plan: the policy's own (same cluster, no history, same prompts), then the pinned one each executed
+    # the plan (same cluster, no history, same prompts, the same pin): in each backend the plan the
+    # policy returned is the one it executed, and the two backends' plans are equal
     assert len(run.planned) == len(replay.planned) == 1 and len(run.executed) == len(replay.executed) == 1
     a, b = run.planned[0], replay.planned[0]
+    assert a.plan is run.executed[0] and b.plan is replay.executed[0]
     assert (a.history_steps, a.n_prompts) == (b.history_steps, b.n_prompts) == (0, 12)
     assert _shape(a.plan) == _shape(b.plan)
     assert a.plan.predicted_rollout_s == pytest.approx(b.plan.predicted_rollout_s, rel=1e-9)
-    assert _shape(run.executed[0]) == _shape(replay.executed[0])
-    assert [(x.tp, x.max_context) for x in run.executed[0].buckets] == [(1, 26), (1, None)]
+    assert (a.plan.n_rollout_gpus, a.plan.n_train_gpus) == (2, 1)
+    assert [(x.tp, x.max_context) for x in a.plan.buckets] == [(1, 26), (1, None)]
+    # the loop: each backend ran the plan's (steps.csv's streaming column, the simulator's step mode)
+    (row,) = _csv(os.path.join(out, "steps.csv"))
+    assert int(row["streaming"]) == int(a.plan.streaming)
+    assert res.steps[0].mode == ("sync+streaming" if a.plan.streaming else "sync")
 
     # admission: by the prompt alone
     assert run.admissions(0) == replay.admissions(0) and len(run.admissions(0)) == 12
@@ -111,6 +101,13 @@ def test_one_recorded_step_makes_the_same_decisions_in_both_backends(tmp_path) -
 
     # what the router was told at each finish (it learns from it)
     assert run.finishes(0) == replay.finishes(0) and len(run.finishes(0)) == 12
+
+
+def _csv(path: str) -> list[dict[str, str]]:
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def _trajectories(out: str) -> list[Any]:

@@ -56,8 +56,12 @@ def test_torch_engine_and_trainer_record_and_replay(tmp_path) -> None:
     # engines run one call at a time: their busy time fits in the stage (the batched torch
     # engine's per-request decode times overlap and are not summed)
     assert all(0 < float(r["engine_util"]) <= 1.0 for r in rows)
+    # streaming unset: the loop is the plan's, and verl-static-uniform's plan is synchronous (no
+    # streamed mini-batches), so the update ran after the rollout, in the replay too
+    assert all(r["streaming"] == "0" and float(r["train_overlap_s"]) == 0.0 for r in rows)
     fid = _rows(os.path.join(out, "fidelity.csv"))
     assert len(fid) == 2 and all(float(r["sim_step_s"]) > 0 and float(r["measured_step_s"]) > 0 for r in fid)
+    assert all(r["measured_loop"] == r["sim_loop"] == "sync" and r["same_split"] == "1" for r in fid)
     assert os.path.isfile(os.path.join(out, "reward.png")) and os.path.isfile(os.path.join(out, "stages.png"))
     # a new process resumes from the checkpoint of step 1 and runs step 2 only
     s2 = _run(tmp_path, engine="torch", trainer="torch", devices=3, policy="verl-static-uniform", steps=3, resume=True, replay=False)
@@ -71,7 +75,7 @@ def test_deepspeed_zero2_migration_and_faults(tmp_path) -> None:
     # max_batch 12: the whole step fits instance 0 (bucket 0), so nothing spills onto bucket 1's
     # instance at admission (work conservation) and the floor moves past 34 tokens are migrations
     s = _run(tmp_path, engine="torch", trainer="deepspeed", zero_stage=2, devices=4, split="2:2", bucket_bounds=[34],
-             policy="libra-cmlfq", steps=3, replay=False, max_batch=12,
+             policy="libra-cmlfq", steps=3, replay=False, max_batch=12, streaming=True,
              faults=[{"kill": "rollout", "step": 1, "at_s": 0.05, "instance": 0}, {"kill": "trainer", "step": 2}])
     rows = _rows(os.path.join(s["out"], "steps.csv"))
     assert len(rows) == 3
@@ -81,8 +85,8 @@ def test_deepspeed_zero2_migration_and_faults(tmp_path) -> None:
     assert all(float(r["migration_s"]) > 0 and float(r["migration_pred_kv_s"]) > 0 for r in mig)
     assert int(rows[1]["recovered"]) >= 1, "the killed rollout worker's trajectories continue elsewhere"
     assert int(rows[2]["trainer_restarts"]) == 1
-    # split 2:2 is not colocated: every step streamed, so the trainer kill hit a streamed update
-    # (restart from the checkpoint, the same mini-batches redone after the rollout)
+    # streaming pinned on (split 2:2 is not colocated): every step streamed, so the trainer kill hit a
+    # streamed update (restart from the checkpoint, the same mini-batches redone after the rollout)
     assert all(r["streaming"] == "1" for r in rows) and float(rows[2]["train_overlap_s"]) == 0.0
     assert int(rows[2]["lent"]) == 0  # libra-cmlfq has no elastic pool
     assert all(int(r["trajectories"]) == 12 for r in rows), "no trajectory lost"

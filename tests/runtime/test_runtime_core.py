@@ -14,7 +14,7 @@ from libra.runtime.config import KEYS, RunConfig, load_config
 from libra.runtime.engines.base import TurnResult
 from libra.runtime.episode import Episode
 from libra.runtime.grpo import group_advantages
-from libra.runtime.policyglue import pin_plan
+from libra.policies.pinned import PlanPin, pin_plan
 from libra.runtime.protocol import parse_answer, parse_tool_call, prompt_text
 from libra.runtime.tasks import KINDS, TaskSet, corpus_facts, demo_completion, reward
 from libra.runtime.tools.base import ToolResult
@@ -105,7 +105,7 @@ def test_config_errors_name_the_key(tmp_path, text: str, match: str) -> None:
 
 def test_pin_plan_split_and_buckets() -> None:
     plan = Plan(3, 1, TrainConfig(1, 1, 1), tuple(RolloutInstance(i, 1, 0, 0, i) for i in range(3)), (Bucket(0, 1, 0, None),))
-    p = pin_plan(plan, (2, 2), [40], per_node=4)
+    p = pin_plan(plan, PlanPin((2, 2), (40,), per_node=4))
     assert (p.n_rollout_gpus, p.n_train_gpus, p.train.dp) == (2, 2, 2)
     assert [b.max_context for b in p.buckets] == [40, None]
     assert sorted(i.bucket for i in p.instances) == [0, 1]

@@ -85,13 +85,14 @@ def _rows(path: str) -> list[dict[str, str]]:
 @needs_ray
 def test_streamed_run_overlaps_and_the_pool_lends_helpers(tmp_path) -> None:
     """One step (split 3:1: three TP-1 instances in one bucket, four mini-batches of 3): the pool
-    is tuned so its own rules lend at CPU scale (no grace, payoff factor 0). The trainer-killed
-    fault in streaming mode is covered by test_run_e2e's deepspeed test (it streams by default)."""
+    is tuned so its own rules lend at CPU scale (no grace, payoff factor 0); streaming pinned on,
+    since what is tested is a streamed update (unset, the loop is the plan's). The trainer-killed
+    fault in streaming mode is covered by test_run_e2e's deepspeed test (streaming pinned too)."""
     from libra.runtime.config import load_config
     from libra.runtime.loop import Runner
 
     cfg = load_config(None, {"out": str(tmp_path / "run"), "steps": 1, "prompts_per_step": 4, "group_size": 3, "max_new_tokens": 40,
-                             "engine": "torch", "trainer": "torch", "devices": 4, "split": "3:1", "policy": "libra", "mini_batches": 4,
+                             "engine": "torch", "trainer": "torch", "devices": 4, "split": "3:1", "policy": "libra", "mini_batches": 4, "streaming": True,
                              "replay": True, "eval_tasks": 0, "pool_grace_s": 0.0, "pool_payoff_factor": 0.0, "pool_min_tail_s": 1.0})
     s = Runner(cfg, log=lambda m: print(m, flush=True)).run()
     (r0,) = _rows(os.path.join(s["out"], "steps.csv"))
