@@ -188,3 +188,14 @@ def test_fidelity_replay_of_a_pinned_run_simulates_the_pinned_plan(tmp_path: Pat
     own = replay_fidelity(str(tmp_path / "own"), str(tr), rows, 4, 4, "cpu", TINY, "libra-cmlfq", streaming=None, mini_batches=2,
                           max_context=512, engine_profile="constants")
     assert own[0]["same_split"] == 0, "without the pin the replay plans its own split: the comparison the pin prevents"
+
+
+def test_sim_replay_refuses_a_plan_split_larger_than_the_cluster(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from sim.cli import main
+
+    tr = _tiny_trace(tmp_path / "t.jsonl")
+    base = ["replay", str(tr), "--gpus", "4", "--gpu", "cpu", "--model", TINY, "--policy", "libra-cmlfq", "--noise", "0"]
+    assert main([*base, "--plan-split", "3:3"]) == 2
+    assert main([*base, "--bucket-bounds", "40,x"]) == 2
+    err = capsys.readouterr().err
+    assert "--plan-split 3:3: needs 6 GPUs, --gpus is 4" in err and "--bucket-bounds '40,x'" in err and "Traceback" not in err
