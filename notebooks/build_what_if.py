@@ -21,8 +21,14 @@ Every number in this notebook is **simulated** or **predicted** by the calibrate
 so it stays in step with the code. It answers three what-if questions for Qwen3-14B on A800s:
 
 1. How do rollout decode time and KV capacity change with the TP degree?
-2. What would the planner do with 16, 48 or 128 GPUs, given the SWE trace's first steps?
-3. How much does a bigger cluster shorten a replayed step, for a baseline and for Libra?"""),
+2. What would the planner do with 16, 48 or 128 GPUs, given the SWE trace's first steps, and
+   which candidates did it reject (with their predicted step times)?
+3. How much does a bigger cluster shorten a replayed step, for a baseline and for Libra?
+4. What do the rollout instances do during one step (the Gantt)?
+5. A small sweep over one axis (the GPU kind) on a generated workload.
+
+To use your own trace, set `TRACE` below to its path (any trace in the Libra format, e.g. from
+`libra-sim convert`); to generate one instead, see section 5 (`libra.trace.workload`)."""),
     ("code", """from pathlib import Path
 import numpy as np
 import pandas as pd
@@ -91,19 +97,76 @@ assert (plans["rollout_gpus"] + plans["train_gpus"] <= plans["gpus"]).all()
 mixed = [int(r.gpus) for r in plans.itertuples() if len(set(r.rollout_tps.split())) > 1]
 print("plans mixing TP degrees: " + (", ".join(f"{n} GPUs" for n in mixed) if mixed else
       "none: every plan here uses one TP degree (homogeneous); the planner found no mix worth it on this trace (README)"))"""),
+    ("md", """### Why this plan: the candidates the planner rejected (predicted)
+
+The planner's search (`Planner.search`) prices every (training GPUs, training strategy, rollout
+layout, loop) candidate it did not cut by the lower bound; the plan is the fastest predicted
+step. Here for 48 GPUs: each surviving candidate's predicted step and how much slower than the
+chosen one it is predicted to be."""),
+    ("code", """from libra.planner.search import Planner, SearchOptions
+cluster48 = ClusterSpec(48, "a800", "qwen3-14b", engine=ENGINE)
+res = Planner(cluster48, ev, SearchOptions(max_staleness=1)).search(history, upcoming.prompt_tokens)
+cands = pd.DataFrame([{"split R:T": "time-shared" if c.colocated else f"{48 - c.n_train}:{c.n_train}", "loop": c.loop,
+                       "train": f"tp{c.train.tp} pp{c.train.pp} dp{c.train.dp}",
+                       "rollout": "+".join(f"TP{t}x{m}" for t, m in zip(c.rollout.layout.tps, c.rollout.counts)),
+                       "pred_rollout_s": round(c.rollout.makespan_s, 1), "pred_train_s": round(c.train_s, 1),
+                       "pred_step_s": round(c.step_s, 1)} for c in res.candidates]).sort_values("pred_step_s")
+cands["x_chosen"] = (cands["pred_step_s"] / res.best.step_s).round(3)
+print(f"{len(res.candidates)} candidates priced, {res.skipped} splits cut by the lower bound; chosen: "
+      f"{'time-shared' if res.best.colocated else f'{48 - res.best.n_train}:{res.best.n_train}'} {res.best.loop}, "
+      f"predicted step {res.best.step_s:.1f} s")
+display(cands.head(12))
+assert cands["pred_step_s"].min() >= res.best.step_s - 1e-6  # nothing rejected was predicted faster"""),
     ("md", "## 3. Replay two steps at two cluster sizes (simulated)"),
-    ("code", """steps2, _ = load_steps(TRACE, "0:2")
-rows = []
+    ("code", """from sim.loop import SimConfig
+steps2, _ = load_steps(TRACE, "0:2")
+rows, runs = [], {}
 for n in (48, 96):
     cluster = ClusterSpec(n, "a800", "qwen3-14b", engine=ENGINE)
     for name in ("verl-static-uniform", "libra"):
-        res = replay_policy(steps2, name, cluster)
+        res = runs[(n, name)] = replay_policy(steps2, name, cluster, SimConfig(gantt_step=1))  # section 4 draws step 1
         rows.append({"gpus": n, "policy": name, "mean_step_s": round(res.mean_step_s, 1),
                      "tokens_per_s": round(res.throughput_tok_s, 1),
                      "completed": sum(s.completed for s in res.steps)})
 replay = pd.DataFrame(rows)
 display(replay)
 assert (replay["completed"] == sum(s.n for s in steps2)).all()"""),
+    ("md", """## 4. The Gantt of one step (simulated)
+
+`SimConfig(gantt_step=N)` (`libra-sim replay --gantt-step N`) records what every rollout instance
+ran during step N: one bar per busy interval, darker for a larger batch. Idle gaps are GPUs
+waiting (for tools, for the tail); instances that go quiet early are what the elastic pool could
+lend."""),
+    ("code", """g = runs[(48, "libra")]  # recorded by section 3's replay (SimConfig(gantt_step=1))
+ids = sorted({x[0] for x in g.gantt})
+peak = max(x[4] for x in g.gantt) or 1
+fig, ax = plt.subplots(figsize=(7, 0.25 * len(ids) + 1.2))
+for iid, tp, a, b, batch in g.gantt:
+    ax.barh(ids.index(iid), b - a, left=a, color=plt.cm.Blues(0.3 + 0.7 * batch / peak), height=0.8)
+ax.set_yticks(range(len(ids)), [f"inst {i} (TP{next(x[1] for x in g.gantt if x[0] == i)})" for i in ids], fontsize=6)
+ax.set_xlabel("simulated time, s"); ax.set_title(f"SIMULATED: libra's rollout instances in step {g.gantt_step} ({g.mode})", fontsize=9)
+fig.tight_layout(); plt.show()
+busy = pd.DataFrame(g.gantt, columns=["instance", "tp", "start_s", "end_s", "batch"])
+print(f"{len(ids)} instances, {len(busy)} busy intervals; mean batch {busy['batch'].mean():.1f}")"""),
+    ("md", """## 5. A small sweep over one axis: the GPU kind (simulated)
+
+A generated workload (`libra.trace.workload`, what `libra-sim gen` writes: here a small
+Search-R1-like batch) replayed on 16 GPUs of three kinds, Libra against the on-policy baselines.
+Change `AXIS` to sweep something else (the grid version of this is `libra-sim sweep GRID.yaml`,
+docs/simulator.md "Sweeps"; `experiments/run_all.py` runs the big ones)."""),
+    ("code", """from libra.trace.workload import generate_steps, make_params
+gen = list(generate_steps(make_params("search", max_context=4096), 2, 128, 8, 0))  # 2 steps x 128 trajectories
+AXIS = ("a800", "h100", "b200")
+rows = []
+for gpu in AXIS:
+    cl = ClusterSpec(16, gpu, "qwen3-8b", max_context=4096, engine=ENGINE)
+    for name in ("verl-colocated", "verl-static-uniform", "libra"):
+        r = replay_policy(gen, name, cl)
+        rows.append({"gpu": gpu, "policy": name, "mean_step_s": round(r.mean_step_s, 2), "tokens_per_s": round(r.throughput_tok_s)})
+sweep = pd.DataFrame(rows)
+display(sweep.pivot(index="gpu", columns="policy", values="tokens_per_s"))
+best = sweep[sweep.policy != "libra"].groupby("gpu")["tokens_per_s"].max()
+print("libra / best baseline: " + ", ".join(f"{g} {sweep[(sweep.gpu == g) & (sweep.policy == 'libra')]['tokens_per_s'].iloc[0] / best[g]:.2f}x" for g in AXIS))"""),
 ]
 
 

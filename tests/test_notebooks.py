@@ -12,17 +12,32 @@ nbclient = pytest.importorskip("nbclient", reason="nbclient is in the [dev] extr
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
-def test_notebook_is_built_from_its_source() -> None:
-    """The committed notebook's cells equal what notebooks/build_what_if.py writes."""
-    import importlib.util
+BUILDERS = {"what_if.ipynb": "build_what_if.py", "calibrate.ipynb": "build_calibrate.py"}
 
-    path = Path(__file__).resolve().parents[1] / "notebooks" / "build_what_if.py"
-    spec = importlib.util.spec_from_file_location("build_what_if", path)
+
+def _builder(name: str):  # type: ignore[no-untyped-def]
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / BUILDERS[name]
+    sys.path.insert(0, str(path.parent))  # build_calibrate imports build_what_if's executor
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
     spec.loader.exec_module(mod)
-    built = [c.source for c in mod.build().cells]
-    committed = [c.source for c in nbformat.read(path.with_name("what_if.ipynb"), as_version=4).cells]
+    return mod
+
+
+def test_every_notebook_has_a_builder() -> None:
+    assert sorted(p.name for p in NOTEBOOKS) == sorted(BUILDERS)
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_notebook_is_built_from_its_source(name: str) -> None:
+    """The committed notebook's cells equal what its notebooks/build_*.py writes."""
+    built = [c.source for c in _builder(name).build().cells]
+    path = Path(__file__).resolve().parents[1] / "notebooks" / name
+    committed = [c.source for c in nbformat.read(path, as_version=4).cells]
     assert built == committed
 
 
@@ -62,3 +77,31 @@ def test_notebook_picks_the_engine_profile_in_one_place() -> None:
     assert 'ENGINE = "vllm-2024"' in src
     assert "CostEvaluator(\"a800\", \"qwen3-14b\", engine=ENGINE)" in src
     assert src.count("ClusterSpec(") == src.count("engine=ENGINE)") - 1  # every cluster, plus the evaluator
+
+
+def test_calibrate_notebook_is_committed_with_outputs_and_fits_both_layers() -> None:
+    """Opened in Jupyter, calibrate.ipynb shows its fits and errors: every code cell executed with
+    outputs, inline figures, and both layers fitted from the measurement folder (an engine
+    profile by ``fit_csv``, operator tables by ``fit_folder``) with their held-out errors."""
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "calibrate.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.get("execution_count") for c in code), "run notebooks/build_calibrate.py (it executes)"
+    assert all(c.get("outputs") for c in code)
+    assert sum("image/png" in o.get("data", {}) for c in code for o in c.outputs) >= 2
+    assert not any(o.get("output_type") == "error" for c in code for o in c.outputs)
+    src = "\n".join(c.source for c in code)
+    assert "F.fit_csv(" in src and "fit_folder(OPERATOR_DIR" in src and "lomo_predictions" in src and "CR.score(" in src
+    shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "") for c in code for o in c.outputs)
+    assert "held-out MAPE %" in shown and "extrapolation" in shown and "roofline_mape" in shown
+
+
+def test_what_if_notebook_shows_rejected_candidates_gantt_and_a_sweep() -> None:
+    """Issue 13's list: the plan and why (candidates rejected, predicted times), the Gantt of one
+    step, a small sweep over one axis."""
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "what_if.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    shown = "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
+                    for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "candidates priced" in shown and "x_chosen" in shown
+    assert "busy intervals" in shown and "libra / best baseline:" in shown
