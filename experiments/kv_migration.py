@@ -73,7 +73,7 @@ def run(ctx: Context) -> Section:
                         for g in GPUS for link in ("NVLink", "InfiniBand") for s, d in PAIRS]))
     fig_ = Figure("kv_migration.png", "SIMULATED: KV migration time vs context",
                   "Predicted seconds to move one trajectory's KV cache between two rollout instances, per GPU, over NVLink "
-                  "(solid) and InfiniBand (dashed); dotted: median tool-call latencies of the default tool families.")
+                  "(solid) and InfiniBand (dashed); GPUs with the same link speed draw on top of each other; dotted: median tool-call latencies of the default tool families.")
     return Section(NAME, TITLE, "What a KV migration costs per link, against the tool call it hides behind.", [fig_], body, {},
                    ["kv_migration.csv"])
 

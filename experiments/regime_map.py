@@ -7,7 +7,8 @@ Runs the grid ``experiments/grids/regime_map.yaml`` (``--size quick``: ``regime_
 ``<out>/.cache/sweeps/<grid>/``: a rerun replays only what changed; the same grid runs on a Ray
 cluster with ``libra-sim sweep GRID --out DIR --ray ADDRESS``), reads each configuration's axes
 back from the grid (model, GPU, engine profile, workload kind, trajectories per GPU, median turn
-length and context cap, tool latency, drift, tool-error effect, staleness class K) and computes
+length and context cap, tool latency, drift ("default": the workload kind's own), tool-error
+effect, staleness class K) and computes
 per cell:
 
 * ``libra_vs_best``: Libra's throughput over the best baseline of its staleness class;
@@ -82,7 +83,7 @@ def axes_of(config: Any) -> dict[str, Any]:
         d = make_params(src.kind).as_dict()
         ax.update(kind=src.kind, traj_per_gpu=round(src.batch / cl.gpus, 2), gen_median_x=round(p["gen_median"] / d["gen_median"], 3),
                   max_context=p["max_context"], tool_latency_x=round(p["lat_body_median_s"] / d["lat_body_median_s"], 3),
-                  drift=p["drift"], error_effect=p["error_effect"])
+                  drift="default" if p["drift"] == d["drift"] else p["drift"], error_effect=p["error_effect"])
     else:
         ax.update(kind=Path(src.path).name.split("-")[0], traj_per_gpu=float("nan"), gen_median_x=1.0, max_context=0,
                   tool_latency_x=1.0, drift=float("nan"), error_effect=float("nan"))
@@ -96,7 +97,9 @@ def run_sweep(ctx: Context, grid: Path) -> Path:
 
     out = ctx.cache / "sweeps" / grid.stem
     out.mkdir(parents=True, exist_ok=True)
-    S.run(argparse.Namespace(grid=str(grid), out=str(out), jobs=ctx.jobs, ray=None, dry_run=False, quiet=True))
+    p = argparse.ArgumentParser()
+    S.add_arguments(p)  # the command's own flags and defaults: the same run as typing it
+    S.run(p.parse_args([str(grid), "--out", str(out), "--jobs", str(max(1, ctx.jobs)), "--quiet"]))
     return out
 
 
@@ -125,7 +128,6 @@ def cells(grid: Path, results_csv: Path) -> list[dict[str, Any]]:
             n = tok.get(num, float("nan"))
             row[m] = n / d if math.isfinite(n) and math.isfinite(d) and d > 0 else float("nan")
         row["libra_mode"] = rr.get("libra", {}).get("mode", "")
-        row["libra_split"] = rr.get("libra", {}).get("split", "")
         row["libra_tps"] = rr.get("libra", {}).get("rollout_tps", "")
         out.append(row)
     return out
@@ -155,6 +157,8 @@ def plane(rows: list[dict[str, Any]], x: str, y: str) -> list[dict[str, Any]]:
 
 
 def _sortkey(v: Any) -> tuple[int, Any]:
+    if v == "default":  # a workload's own default (drift differs by kind) sorts first
+        return (-1, 0.0)
     try:
         return (0, float(v))
     except (TypeError, ValueError):
@@ -295,8 +299,8 @@ def run(ctx: Context) -> Section:
             "a ratio within 3% of 1 is a tie (one seeded replay's noise).", ""]
     if failed:
         text += [f"Failed runs in {len(failed)} cells: " + "; ".join(f"{r['config']}: {r['failed']}" for r in failed[:10]), ""]
-    text.append(md_table(("cell", "libra loop", "split", "libra TPs", "best baseline", *[METRICS[m][2] for m in ("libra_vs_best",) + MECHANISMS]),
-                         [(r["config"].rsplit("/s", 1)[0], r["libra_mode"], r["libra_split"], r["libra_tps"], r["best_baseline"],
+    text.append(md_table(("cell", "libra loop", "libra TPs", "best baseline", *[METRICS[m][2] for m in ("libra_vs_best",) + MECHANISMS]),
+                         [(r["config"].rsplit("/s", 1)[0], r["libra_mode"], r["libra_tps"], r["best_baseline"],
                            *[fx(r[m]) for m in ("libra_vs_best",) + MECHANISMS]) for r in rows]))
     return Section(NAME, TITLE, "For a model, GPU, engine and workload: does Libra beat the best baseline, and which mechanism "
                    "pays? One axis (or pair) of the grid varied at a time around a base point.", figs, "\n".join(text),

@@ -145,7 +145,7 @@ def readme_block(sections: Sequence[Section], docs_link: str, size: str) -> str:
         out += ["", "Libra against each baseline on the bundled traces, 48 A800 (SIMULATED; ratios of generated-token "
                 "throughput, K = staleness class):", "", by["end_to_end"].data["headline_table"]]
         if by["end_to_end"].data.get("paper_gap"):
-            out += ["", by["end_to_end"].data["paper_gap"]]
+            out += ["", by["end_to_end"].data["paper_gap"] + f"\n- **Why**, and every other figure: [{docs_link}]({docs_link})."]
     if "regime_map" in by and by["regime_map"].data.get("answer"):
         out += ["", "**Regime map (SIMULATED).** " + by["regime_map"].data["answer"]]
     out.append(END)

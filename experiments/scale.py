@@ -26,7 +26,7 @@ GPU, MODEL = "a800", "qwen3-14b"
 def shape(size: str) -> dict[str, Any]:
     """Cluster sizes, trajectories per GPU and steps of each size."""
     return pick(size, {"gpus": (16, 32), "per_gpu": 4, "steps": 1},
-                {"gpus": (48, 192, 768), "per_gpu": 8, "steps": 2},
+                {"gpus": (48, 128, 384), "per_gpu": 8, "steps": 2},
                 {"gpus": (48, 96, 192, 384, 768, 1024), "per_gpu": 8, "steps": 3})
 
 
