@@ -44,3 +44,9 @@ class Policy(Protocol):
     def pool(self, plan: Plan) -> PoolPolicy | None:
         """The elastic pool for a step, or None for a fixed split."""
         ...
+
+    # Optional: ``observe(outcome: libra.planner.feedback.StepOutcome) -> None``. Backends call it
+    # once a step's rollout has ended, with the plan they executed, the step's trajectories and the
+    # measured rollout time (a real run measures it; the simulator reports its simulated one),
+    # before asking for the next plan. Libra's planner corrects its rollout predictions with it;
+    # the fixed baselines do not define it.

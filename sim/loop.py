@@ -43,6 +43,7 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.bounds import step_bound
 from libra.planner.costs import nvlink_domain
+from libra.planner.feedback import StepOutcome
 from libra.planner.packing import instance_gpus, placement_error
 from libra.planner.plan import Plan
 from libra.planner.step_costs import Transition, train_gpu_ids
@@ -376,6 +377,11 @@ class Simulator:
             if inst not in stage._retired:
                 self.ledger.release(inst.gpus, self._owner(stage, inst))
         self.history.append(step)
+        # what a real run knows once its rollout ended: how long it took (the next plan, made as
+        # this rollout ends, may learn from it; the training time is not known yet in async mode)
+        observe = getattr(self.policy, "observe", None)
+        if observe is not None:
+            observe(StepOutcome(step.step, plan, step, float(rs.makespan_s)))
         self.rollout_done[j].succeed()
         if train is None:
             train = self.env.process(self._train(j, step, plan, job, self.rollout_done[j]))

@@ -351,3 +351,50 @@ def test_async_candidates_are_ranked_by_the_expected_step_not_the_cliff() -> Non
     # sync loops: the rollout is only scaled by its mean factor, the order of two candidates with the same rollout is kept
     a = expected_step_s("sync", False, 10.0, 5.0, 1.0, finals, 4)
     assert a == pytest.approx(10.0 * float(rollout_factors(0.3).mean()) + 6.0)
+
+
+def test_async_pipeline_fill_is_paid_over_a_known_run_length() -> None:
+    # the first async step overlaps nothing (rollout, then training): over an 8-step run the
+    # planner that ignored it gave training 4 of 32 H100s (hidden in the steady state, 108 s in
+    # step 0) and lost 4% to a fixed 24:8 split (swe, Qwen3-14B, K=1, SIMULATED)
+    from libra.trace.workload import generate_steps
+
+    steps = list(generate_steps("swe", 2, 128, 8, 0, max_context=16384))
+    cl = ClusterSpec(32, "h100", "qwen3-14b", 8, max_context=16384)
+
+    def best(run_steps: int | None):  # type: ignore[no-untyped-def]
+        return Planner(cl, options=SearchOptions(max_staleness=1, run_steps=run_steps)).search(steps[:1], steps[1].prompt_tokens).best
+
+    unknown, short = best(None), best(8)
+    assert unknown.mode == short.mode == "async"
+    assert short.n_train > unknown.n_train  # the fill (min(rollout, train + sync) / steps left) makes training's share pay
+    fill = min(short.rollout_s, short.train_s + short.sync_s) / 7  # 8 steps, one done
+    assert short.step_s == pytest.approx(max(short.rollout_s, short.train_s + short.sync_s) + fill + short.transition_s / 4)
+    # once the pipeline runs, the fill is sunk: a plan in force that is async pays none
+    running = Planner(cl, options=SearchOptions(max_staleness=1, run_steps=8))
+    first = running.to_plan(running.search(steps[:1], steps[1].prompt_tokens))
+    again = running.search(steps[:1], steps[1].prompt_tokens, current=first).best
+    assert again.step_s == pytest.approx(max(again.rollout_s, again.train_s + again.sync_s) + again.transition_s / 4)
+
+
+def test_near_ties_give_spare_gpus_to_the_stage_that_sets_the_pace() -> None:
+    # async, rollout-bound: two splits predicted within 1% of each other; the old tie-break (more
+    # training GPUs) kept 36 of 72 GB200s training 0.6 s per step while the rollout set the pace
+    from libra.planner.plan import Bucket, RolloutInstance
+    from libra.planner.rollout_dp import BucketLayout, RolloutChoice
+    from libra.planner.search import Candidate, choose
+
+    def cand(n_roll: int, rollout_s: float, train_s: float, mode: str = "async") -> Candidate:
+        insts = tuple(RolloutInstance(i, 1, 0, i // 4, i % 4) for i in range(n_roll))
+        ro = RolloutChoice(n_roll, BucketLayout((1,), ()), (n_roll,), rollout_s, rollout_s, rollout_s, (rollout_s,), insts,
+                           (Bucket(0, 1, 0, None),))
+        step = max(rollout_s, train_s + 16.0)
+        return Candidate(72 - n_roll, None, train_s, ro, 16.0, 0.0, step, mode=mode, robust_s=step)  # type: ignore[arg-type]
+
+    few, many = cand(36, 39.6, 0.6), cand(60, 39.8, 1.3)
+    assert min([few, many], key=Candidate.rank) is few  # the expected step alone prefers 36 rollout GPUs, by 0.5%
+    assert choose([few, many]) is many  # within the tolerance: the rollout-bound plan's spare GPUs roll out
+    train_bound = [cand(36, 10.0, 30.0), cand(60, 10.0, 30.2)]
+    assert choose(train_bound) is train_bound[0]  # training sets the pace: it keeps the GPUs
+    far = cand(60, 45.0, 1.3)
+    assert choose([few, far]) is few  # beyond the tolerance the expected step decides

@@ -142,7 +142,7 @@ class RolloutDP:
         self.tps = tuple(t for t in (tps or table.usable_tps) if t in table.usable_tps)
         self.max_buckets = max_buckets
         self._curves: list[_Curves] | None = None
-        self._memo: dict[int, RolloutChoice | None] = {}
+        self._memo: dict[tuple[int, float, float], RolloutChoice | None] = {}
         self.hits = 0
         self.misses = 0
         # planned from a length prior: one bucket (bounds from a prior's quantiles are guesses),
@@ -294,11 +294,15 @@ class RolloutDP:
                     best = (o, (m1, min(m2, len(c.load[1]))))
         return best
 
-    def best(self, G: int) -> RolloutChoice | None:
-        """The best layout and allocation on ``G`` rollout GPUs (None: nothing fits)."""
-        if G in self._memo:
+    def best(self, G: int, kind_scale: tuple[float, float] = (1.0, 1.0)) -> RolloutChoice | None:
+        """The best layout and allocation on ``G`` rollout GPUs (None: nothing fits).
+        ``kind_scale``: what past steps measured against the model's rollout, for one-bucket and
+        two-bucket layouts (``libra.planner.feedback``); layouts are compared on scaled times,
+        the choice reports the model's own."""
+        memo_key = (G, float(kind_scale[0]), float(kind_scale[1]))
+        if memo_key in self._memo:
             self.hits += 1
-            return self._memo[G]
+            return self._memo[memo_key]
         self.misses += 1
         best: tuple[float, _Curves, tuple[int, ...], tuple[float, float]] | None = None
         regret = self._regrets(G) if self._scenarios else {}
@@ -306,12 +310,13 @@ class RolloutDP:
             r = self._best_counts(c, G)
             if r is None:
                 continue
-            ms = r[0] * (1.0 + HETERO_MARGIN) if len(c.layout.tps) > 1 else r[0]  # a split must win clearly
+            two = len(c.layout.tps) > 1
+            ms = r[0] * kind_scale[1 if two else 0] * ((1.0 + HETERO_MARGIN) if two else 1.0)  # a split must win clearly
             key = (regret.get(c.layout, 1.0), ms)
             if best is None or key < best[3]:
                 best = (r[0], c, r[1], key)
         choice = None if best is None else self._materialize(best[1], best[2], G)
-        self._memo[G] = choice
+        self._memo[memo_key] = choice
         return choice
 
     def _regrets(self, G: int) -> dict[BucketLayout, float]:

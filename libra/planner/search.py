@@ -80,8 +80,9 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, valid_tp_degrees
 from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line
+from libra.planner.feedback import RolloutCalibration, StepOutcome, layout_kind
 from libra.planner.plan import LoopMode, Plan, TrainConfig
-from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, RolloutChoice, RolloutDP
+from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, BucketLayout, RolloutChoice, RolloutDP
 from libra.planner.stats import PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
@@ -164,6 +165,7 @@ class SearchOptions:
     colocated: bool = True  # sync mode: also price the time-shared (verl-style) plan
     amortize_steps: float = 4.0  # a transition is charged 1/amortize_steps per step (see module doc)
     rollout_sigma: float = ROLLOUT_SIGMA  # candidates are ranked by their expected step with the rollout this uncertain (0: the prediction)
+    run_steps: int | None = None  # the run's length in steps, when known: async plans pay their pipeline's fill over what is left
 
     def __post_init__(self) -> None:
         if self.max_staleness < 0:
@@ -210,6 +212,12 @@ class Candidate:
     streaming: bool = False
     mode_step_s: dict[str, float] = field(default_factory=dict)  # every allowed loop's predicted step (no transition)
     robust_s: float = float("nan")  # the expected step with the rollout uncertain (``ROLLOUT_SIGMA``): the rank (NaN: step_s)
+    rollout_factor: float = 1.0  # measured / predicted rollout of past steps for this layout kind (``libra.planner.feedback``)
+
+    @property
+    def rollout_s(self) -> float:
+        """The predicted rollout: the load model's times the measured correction."""
+        return self.rollout.makespan_s * self.rollout_factor
 
     @property
     def idle_rollout_gpus(self) -> int:
@@ -232,6 +240,30 @@ class Candidate:
 
 #: Preference among equally fast loops: the least staleness and machinery first.
 LOOP_ORDER = {"sync": 0, "sync+streaming": 1, "async": 2}
+
+
+#: Candidates whose expected step is within this fraction of the best are treated as equal (the
+#: model's error is ten times larger); among them the spare GPUs go to the stage that sets the
+#: pace (``choose``).
+TIE_TOLERANCE = 0.02
+
+
+def choose(cands: Sequence[Candidate]) -> Candidate:
+    """The candidate to run: the best rank; among those within ``TIE_TOLERANCE`` of its expected
+    step, the least staleness, then no idle rollout GPUs, then the one whose bottleneck stage has
+    the most GPUs: an async plan whose rollout is the longer stage gains nothing from training
+    GPUs (the old tie-break, more training GPUs, gave training 36 of 72 GB200s for 0.6 s of
+    training per step while the rollout set the pace; a fixed 60:12 replayed 7% faster, SIMULATED)."""
+    best = min(cands, key=Candidate.rank)
+    top = best.rank()[0]
+    near = [c for c in cands if c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)]
+
+    def pace(c: Candidate) -> tuple[int, int, int]:
+        rollout_bound = c.mode == "async" and c.rollout_s >= c.train_s + c.sync_s
+        more = c.rollout.n_gpus if rollout_bound else c.n_train
+        return (LOOP_ORDER[c.loop], c.idle_rollout_gpus, -more)
+
+    return min(near, key=lambda c: (pace(c), c.rank()))
 
 
 def loop_name(mode: str, streaming: bool) -> str:
@@ -296,6 +328,41 @@ class Planner:
         self.step_costs = StepCosts(self.ev, gpn)  # the simulator charges the same object's prices
         self.tree = DecisionTree(self.step_costs, gpn, kl=self.options.kl)
         self._dps: dict[str, RolloutDP] = {}
+        self._seq_max_seen = 0  # the longest training sequence of any measured step planned from (``search``)
+        self.calibration = RolloutCalibration()  # measured / predicted rollouts of the steps run (``observe``)
+
+    def amortize_over(self, done: int) -> float:
+        """Steps a plan change is paid over: ``amortize_steps``, or fewer when a run of known
+        length (``run_steps``) has fewer left (``done`` steps completed): a re-shard for a small
+        gain two steps before the end never pays back (search-r1, 5 steps on 32 H200: two
+        training re-shards in the last three steps cost 14 s, SIMULATED)."""
+        if self.options.run_steps is None:
+            return self.options.amortize_steps
+        return float(max(1, min(self.options.amortize_steps, int(self.options.run_steps) - done)))
+
+    # ---- feedback from steps run -------------------------------------------------------------
+    def hindsight_rollout_s(self, plan: Plan, step: StepArrays) -> float:
+        """What the load model predicts for ``plan``'s rollout layout fed ``step``'s own
+        trajectories (hindsight): compared with the measured time, it isolates the model's error
+        from the step's own length (``libra.planner.feedback``). NaN when the layout cannot be
+        evaluated (no instance in a bucket)."""
+        if not plan.buckets or not plan.instances or not step.n:
+            return float("nan")
+        stats = compute_stats([step], step.prompt_tokens, window=1)
+        dp = RolloutDP(stats, self.table, self.cluster.gpus_per_node, plan.n_rollout_gpus, self.tps, max(1, len(plan.buckets)),
+                       self.nvlink_domain)
+        counts = [sum(1 for i in plan.instances if i.bucket == b.index) for b in plan.buckets]
+        if min(counts) < 1:
+            return float("nan")
+        layout = BucketLayout(tuple(b.tp for b in plan.buckets), tuple(int(b.max_context) for b in plan.buckets[:-1] if b.max_context is not None))
+        return float(dp.evaluate(layout, counts)[0])
+
+    def observe(self, outcome: StepOutcome) -> float | None:
+        """Learn from a step the backend ran: its measured rollout over the hindsight prediction,
+        kept per layout kind; later searches scale their rollout predictions by it. Returns the
+        ratio kept (None: unusable, e.g. no rollout measured)."""
+        pred = self.hindsight_rollout_s(outcome.plan, outcome.trajectories)
+        return self.calibration.record(len(outcome.plan.buckets), float(outcome.rollout_s), pred)
 
     # ---- pieces --------------------------------------------------------------------------------
     def rollout_dp(self, stats: WorkloadStats) -> RolloutDP:
@@ -350,6 +417,13 @@ class Planner:
         dp = self.rollout_dp(stats)
         hits0, miss0 = dp.hits, dp.misses
         tokens, seq, seq_max = self.train_shape(stats)
+        if not stats.from_prior:
+            # memory is checked at the longest sequence measured so far, not the window's: the
+            # window's maximum moves with the tail of a few steps, and the training strategy
+            # flipped with it (ZeRO-1 -> ZeRO-2 -> ZeRO-1 in three search-r1 steps on 32 H200,
+            # a re-shard each way, 14 s, SIMULATED); a sequence that long was seen, so it can recur
+            seq_max = max(seq_max, self._seq_max_seen)
+            self._seq_max_seen = seq_max
         fixed = self.step_costs.step_fixed_s(stats.n_trajectories)  # reward/advantage/data bookkeeping
         cands: list[Candidate] = []
         N = self.cluster.n_gpus
@@ -360,15 +434,24 @@ class Planner:
         finals = stats.final_context
         sigma = self.options.rollout_sigma
         factors = rollout_factors(sigma)
+        kind_scale = (self.calibration.factor(1), self.calibration.factor(2))
+        # an async pipeline not yet running pays its fill: its first step overlaps nothing
+        # (rollout, then training); over a run of known length that is min(rollout, train + sync)
+        # spread over the steps left. Once it runs, every loop pays the last step's drain alike.
+        filling = current is None or current.mode != "async"
+        amortize = self.amortize_over(len(history))
+        left = None if self.options.run_steps is None or not filling else max(1, int(self.options.run_steps) - len(history))
 
         def visit(grid: list[int]) -> None:
             visited.update(grid)
-            rollout = {n: dp.best(N - n) for n in grid}
+            rollout = {n: dp.best(N - n, kind_scale) for n in grid}
             for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
                 ro = rollout[n_train]
                 assert ro is not None
                 incumbent = state["incumbent"]  # the best rank key so far (expected step time)
-                ro_robust = float(ro.makespan_s * factors.mean())  # the expected rollout: every loop's step is at least that
+                corr = kind_scale[layout_kind(len(ro.layout.tps)) - 1]
+                ro_s = ro.makespan_s * corr  # the model's prediction times what past steps measured against it
+                ro_robust = float(ro_s * factors.mean())  # the expected rollout: every loop's step is at least that
                 # bound: what the training stage may still take for this split to beat the incumbent
                 budget = incumbent - (0.0 if overlap else ro_robust) - fixed
                 if budget <= 0 or ro_robust >= incumbent:
@@ -385,15 +468,20 @@ class Planner:
                 per_loop: dict[str, float] = {}
                 for mode, streaming in loops:
                     if streaming:
-                        base = streaming_step_s(ro.makespan_s, train_s, sync, finals, self.options.mini_batches)
+                        base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches)
                     else:
-                        base = step_time(mode, ro.makespan_s, train_s, sync)
+                        base = step_time(mode, ro_s, train_s, sync)
+                    robust = expected_step_s(mode, streaming, ro_s, train_s, sync, finals, self.options.mini_batches, sigma)
+                    if mode == "async" and left is not None:
+                        # the pipeline's fill (``left`` above): R async steps from a standing start
+                        # take about R x max(rollout, train + sync) + min(rollout, train + sync)
+                        fill = min(ro_s, train_s + sync) / left
+                        base, robust = base + fill, robust + fill
                     per_loop[loop_name(mode, streaming)] = float(base)
-                    robust = expected_step_s(mode, streaming, ro.makespan_s, train_s, sync, finals, self.options.mini_batches, sigma)
                     trans = transition_s(self.step_costs, self.cluster, current, n_train, tree.best, ro.instances, mode)
-                    st = base + trans / self.options.amortize_steps
+                    st = base + trans / amortize
                     c = Candidate(n_train, tree.best, train_s, ro, sync, trans, st, mode=mode, streaming=streaming, mode_step_s=per_loop,
-                                  robust_s=float(robust) + trans / self.options.amortize_steps)
+                                  robust_s=float(robust) + trans / amortize, rollout_factor=corr)
                     if best_c is None or c.rank() < best_c.rank():
                         best_c = c
                 if best_c is None:
@@ -411,18 +499,18 @@ class Planner:
         else:
             visit(self.n_train_grid())
         if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
-            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]), fixed)
+            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]), fixed, kind_scale, amortize)
             if co is not None:
                 cands.append(co)
         skipped = int(state["skipped"])
         last_tree = state["last_tree"]
         if not cands:
             raise UserError(self._why_nothing_fits(stats, seq_max, last_tree))
-        best = min(cands, key=Candidate.rank)
+        best = choose(cands)
         return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped)
 
     def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float,
-                   fixed: float = 0.0) -> Candidate | None:
+                   fixed: float = 0.0, kind_scale: tuple[float, float] = (1.0, 1.0), amortize: float | None = None) -> Candidate | None:
         """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
         all N (or on as many as the training backend can use, ``ClusterSpec.train_gpu_cap``; the
         rest wait), each GPU switching stage twice per step and the weights handed over through
@@ -431,9 +519,14 @@ class Planner:
         bookkeeping ``fixed``."""
         N = self.cluster.n_gpus
         n_train = self.cluster.train_gpu_cap
-        ro = dp.best(N)
-        ro_robust = None if ro is None else float(ro.makespan_s * rollout_factors(self.options.rollout_sigma).mean())
-        if ro is None or ro_robust is None or ro_robust >= incumbent:
+        amortize = self.options.amortize_steps if amortize is None else amortize
+        ro = dp.best(N, kind_scale)
+        if ro is None:
+            return None
+        corr = kind_scale[layout_kind(len(ro.layout.tps)) - 1]
+        ro_s = ro.makespan_s * corr
+        ro_robust = float(ro_s * rollout_factors(self.options.rollout_sigma).mean())
+        if ro_robust >= incumbent:
             return None
         tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=incumbent - ro_robust - fixed)
         if tree.best is None:
@@ -441,10 +534,10 @@ class Planner:
         switch = self.step_costs.colocated_overhead_s(tree.best, ro.instances)
         trans = transition_s(self.step_costs, self.cluster, current, n_train, tree.best, ro.instances)
         train_s = tree.best_time_s + fixed
-        base = ro.makespan_s + train_s + switch
-        st = base + trans / self.options.amortize_steps
+        base = ro_s + train_s + switch
+        st = base + trans / amortize
         return Candidate(n_train, tree.best, train_s, ro, switch, trans, st, colocated=True, mode_step_s={"sync": base},
-                         robust_s=ro_robust + train_s + switch + trans / self.options.amortize_steps)
+                         robust_s=ro_robust + train_s + switch + trans / amortize, rollout_factor=corr)
 
     def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:
         """Splits in the order the outer loop visits them: a good incumbent early makes the
@@ -486,11 +579,14 @@ class Planner:
             mode=c.mode,
             max_staleness=self.options.max_staleness if c.mode == "async" else 0,
             streaming=c.streaming,
-            predicted_rollout_s=c.rollout.makespan_s,
+            predicted_rollout_s=c.rollout_s,
             predicted_train_s=c.train_s,
             predicted_step_s=c.step_s,
             notes={
                 "planner": "libra",
+                "model_rollout_s": c.rollout.makespan_s,  # the load model's, before the measured correction
+                "rollout_factor": c.rollout_factor,
+                **self.calibration.summary(),
                 "rollout_load_s": c.rollout.load_s,
                 "rollout_critical_path_s": c.rollout.critical_path_s,
                 "bucket_times_s": list(c.rollout.bucket_times_s),

@@ -31,6 +31,7 @@ import numpy as np
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, make_evaluator
+from libra.planner.feedback import StepOutcome
 from libra.planner.plan import Plan
 from libra.planner.search import Planner, Replanner, SearchOptions
 from libra.policies.options import PolicyOptions, options_for
@@ -79,6 +80,7 @@ class LibraPolicy:
             max_buckets=max_buckets,
             window=self.window,
             kl=o.kl,
+            run_steps=o.run_steps,
         )
         self._cluster: ClusterSpec | None = None
         self._ev: CostModel | None = o.ev
@@ -119,6 +121,12 @@ class LibraPolicy:
         while len(self._models) > 8:
             self._models.pop(next(iter(self._models)))
         return plan
+
+    def observe(self, outcome: StepOutcome) -> None:
+        """A step the backend ran, as it measured it: the planner learns how far its rollout
+        predictions were off for that layout kind (``libra.planner.feedback``)."""
+        if self._replanner is not None:
+            self._replanner.planner.observe(outcome)
 
     def _plan_assuming_cap(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
         """The first step when no context limit is declared and nothing fits the length prior's

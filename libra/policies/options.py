@@ -61,6 +61,7 @@ class PolicyOptions:
     join: str = "nonblocking"
     lp_sigma: float = 0.5
     window: int = 3
+    run_steps: int | None = None  # the RL run's length in steps, when known (Libra amortizes the async pipeline's fill over it)
     split: tuple[int, int] | None = None
     rollout_tp: int | None = None
     train_tp: int | None = None

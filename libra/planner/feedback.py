@@ -1,0 +1,87 @@
+"""What a backend measured of a step it ran, and the planner's correction learned from it.
+
+The planner's rollout load model is fast enough to search thousands of plans, and wrong by
+15-60% against what a run (or a replay) of those plans takes: queueing behind full batches,
+spills that do not pool the way its model assumes, instances that start late, tails that share
+bigger batches than it charges (issue 11: math steps under-predicted ~1.6x, two-bucket plans
+predicted 5-10% faster replayed 10-25% slower). A real system measures how long each of its
+rollouts took, so the planner may learn from that, exactly as it learns lengths from past steps.
+
+After a step, the backend reports a ``StepOutcome`` (the plan it executed, the step's
+trajectories, its measured rollout time). The planner re-predicts that plan's rollout on that
+step's own trajectories (``Planner.hindsight_rollout_s``: the same model, fed what actually
+happened, so a step that ran long because its work was long is not mistaken for a model error)
+and keeps ``measured / hindsight`` per layout kind (one bucket, two buckets). The next searches
+multiply each candidate's predicted rollout by its kind's factor (``RolloutCalibration.factor``):
+the median of that kind's recent ratios; a kind never run borrows the other kind's (the model's
+bias is mostly shared, and a two-bucket layout still has to win by ``HETERO_MARGIN``); with no
+measurement yet, 1. Factors are clipped to ``[FACTOR_MIN, FACTOR_MAX]`` so that one odd step
+(a fault, a re-placement) cannot swing a plan far. With noise off and a perfect model every
+ratio would be 1 and nothing changes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from libra.planner.plan import Plan
+from libra.trace.columnar import StepArrays
+
+#: How many recent ratios per layout kind the median is taken over.
+CALIBRATION_WINDOW = 4
+FACTOR_MIN = 0.5
+FACTOR_MAX = 3.0
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """One step as the backend that ran it measured it (``libra-run``: wall-clock; the simulator:
+    its simulated times, noise included). ``plan`` is the plan it executed; ``trajectories`` the
+    step's completed trajectories, as the planner's history will hold them."""
+
+    step: int
+    plan: Plan
+    trajectories: StepArrays
+    rollout_s: float
+    train_s: float | None = None
+    step_s: float | None = None
+
+
+def layout_kind(n_buckets: int) -> int:
+    """The calibration class of a layout: 1 (one bucket) or 2 (two buckets)."""
+    return 1 if n_buckets <= 1 else 2
+
+
+class RolloutCalibration:
+    """``measured / hindsight-predicted`` rollout times per layout kind (module docstring)."""
+
+    def __init__(self, window: int = CALIBRATION_WINDOW) -> None:
+        self.window = int(window)
+        self._ratios: dict[int, deque[float]] = {1: deque(maxlen=self.window), 2: deque(maxlen=self.window)}
+        self.observed = 0
+
+    def record(self, kind: int, measured_s: float, predicted_s: float) -> float | None:
+        """Keep one step's ratio; returns it (None when either time is unusable)."""
+        if not (measured_s > 0 and predicted_s > 0) or not np.isfinite(measured_s) or not np.isfinite(predicted_s):
+            return None
+        r = float(measured_s / predicted_s)
+        self._ratios[layout_kind(kind)].append(r)
+        self.observed += 1
+        return r
+
+    def factor(self, kind: int) -> float:
+        """The multiplier on a predicted rollout of a layout of ``kind`` buckets."""
+        own = self._ratios[layout_kind(kind)]
+        other = self._ratios[3 - layout_kind(kind)]
+        pool = own if own else other
+        if not pool:
+            return 1.0
+        return float(np.clip(np.median(np.asarray(pool)), FACTOR_MIN, FACTOR_MAX))
+
+    def summary(self) -> dict[str, float | int]:
+        """The current factors and how many ratios back them (for plan notes and reports)."""
+        return {"rollout_factor_1": self.factor(1), "rollout_factor_2": self.factor(2),
+                "rollout_ratios_1": len(self._ratios[1]), "rollout_ratios_2": len(self._ratios[2])}
