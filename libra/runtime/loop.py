@@ -38,6 +38,7 @@ import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
+from libra.planner.feedback import StepOutcome
 from libra.runtime.config import RunConfig
 from libra.runtime.engine_choice import engine_profile, max_train_gpus
 from libra.runtime.preflight import check_backends, check_context_window, check_ray_address
@@ -188,7 +189,7 @@ class Runner:
         # plan it returns, the plan recorded and the plan executed are one object
         policy = recorded(make_policy(cfg.policy, self.cluster, self.ev, cfg.seed, cfg.kl_coef > 0, streaming=cfg.streaming,
                                       mini_batches=cfg.mini_batches, split=cfg.split_pair(), bucket_bounds=cfg.bucket_bounds,
-                                      per_node=cfg.per_node), self.decisions)
+                                      per_node=cfg.per_node, run_steps=cfg.steps), self.decisions)
         self.actors = Actors(cfg, self.model_dir, self.ckpt, self.ev, self.log)
         self.updater = Updater(cfg, self.actors, self.model_dir, self.log)
         t_run = time.perf_counter()
@@ -306,6 +307,11 @@ class Runner:
         trajs = [e.to_trajectory() for e in eps]
         self.trajectories += trajs
         self.history.append(StepArrays.from_trajectories(step, trajs))
+        # what this run measured of the step, for a policy that learns from it (libra.planner.feedback;
+        # libra-sim reports its simulated rollout the same way)
+        observe = getattr(policy, "observe", None)
+        if observe is not None:
+            observe(StepOutcome(step, plan, self.history[-1], float(ro.makespan_s)))
         step_s = time.perf_counter() - t_step
         row = step_row(cfg, step, plan, eps, ro, tr, len(actors.trainers), updater.restarts, plan_s, setup_s, sync_s, ck_s, step_s, rewards,
                        stream)

@@ -37,18 +37,19 @@ def check_policy(name: str) -> None:
 
 def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool, *, streaming: bool | None = None,
                 mini_batches: int = 4, split: tuple[int, int] | None = None, bucket_bounds: Sequence[int] | None = None,
-                per_node: int = 1) -> Policy:
+                per_node: int = 1, run_steps: int | None = None) -> Policy:
     """The named policy, sharing ``ev`` (the run's cost evaluator, so a baseline plans with the
     run's calibration too), with the run's loop options: ``streaming`` (None: the policy chooses
     whether a split plan streams, True/False: the user pinned it, as ``libra-sim --streaming``
     does) and ``mini_batches`` (the optimizer steps per RL step the streamed loop is priced
     with), and the run's pin of ``split``/``bucket_bounds`` as part of the policy
     (``libra.policies.pinned``): the plan it returns is the pinned plan the run executes and
-    records. The staleness class is 0 (libra-run's loops are on-policy)."""
+    records; ``run_steps`` the run's length (a plan change is amortized over at most the steps
+    left). The staleness class is 0 (libra-run's loops are on-policy)."""
     check_policy(name)
     pin = PlanPin(split, tuple(bucket_bounds) if bucket_bounds else None, per_node)
     return resolve(name, cluster, PolicyOptions(ev=ev, seed=seed, kl=kl, max_staleness=0, streaming=streaming,
-                                                mini_batches=mini_batches, pin=pin))
+                                                mini_batches=mini_batches, pin=pin, run_steps=run_steps))
 
 
 def plan_shape(plan: Plan) -> tuple[Any, ...]:

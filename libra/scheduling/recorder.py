@@ -71,6 +71,8 @@ class DecisionLog:
     #: the plan each step's scheduler was made for: the plan the backend executed
     executed: list[Plan] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
+    #: what the backend reported of each step it ran (``Policy.observe``: a ``StepOutcome``)
+    observed: list[Any] = field(default_factory=list)
 
     def of(self, call: str, step: int | None = None) -> list[Decision]:
         """The decisions of one call kind, of trace step ``step`` when given (by the observation's step)."""
@@ -189,6 +191,13 @@ class RecordingPolicy:
 
     def pool(self, plan: Plan) -> PoolPolicy | None:
         return self.inner.pool(plan)
+
+    def observe(self, outcome: Any) -> None:
+        """Logged, then forwarded to a policy that learns from measured steps (``libra.planner.feedback``)."""
+        self.log.observed.append(outcome)
+        inner = getattr(self.inner, "observe", None)
+        if inner is not None:
+            inner(outcome)
 
     def __getattr__(self, name: str) -> Any:
         if name in ("inner", "log"):

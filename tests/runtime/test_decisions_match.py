@@ -86,6 +86,14 @@ def test_one_recorded_step_makes_the_same_decisions_in_both_backends(tmp_path) -
     assert int(row["streaming"]) == int(a.plan.streaming)
     assert res.steps[0].mode == ("sync+streaming" if a.plan.streaming else "sync")
 
+    # what each backend reported of the step it ran (Policy.observe, the planner's feedback): the
+    # executed plan, the step's trajectories, a measured rollout time (wall-clock / simulated)
+    assert len(run.observed) == len(replay.observed) == 1
+    for log in (run, replay):
+        o = log.observed[0]
+        assert o.step == 0 and o.plan is log.executed[0] and o.trajectories.n == 12 and o.rollout_s > 0
+    assert run.observed[0].trajectories.ids == replay.observed[0].trajectories.ids
+
     # admission: by the prompt alone
     assert run.admissions(0) == replay.admissions(0) and len(run.admissions(0)) == 12
 
