@@ -82,7 +82,7 @@ from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_d
 from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line
 from libra.planner.feedback import RolloutCalibration, StepOutcome, layout_kind
 from libra.planner.plan import LoopMode, Plan, TrainConfig
-from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, BucketLayout, RolloutChoice, RolloutDP
+from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, HETERO_MARGIN, BucketLayout, RolloutChoice, RolloutDP
 from libra.planner.stats import PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
@@ -451,6 +451,9 @@ class Planner:
                 incumbent = state["incumbent"]  # the best rank key so far (expected step time)
                 corr = kind_scale[layout_kind(len(ro.layout.tps)) - 1]
                 ro_s = ro.makespan_s * corr  # the model's prediction times what past steps measured against it
+                # a two-bucket layout must win clearly against every one-bucket plan, not only those
+                # on its own GPU budget (the DP's rule): ranked with its rollout HETERO_MARGIN slower
+                split_margin = 1.0 + HETERO_MARGIN if len(ro.layout.tps) > 1 else 1.0
                 ro_robust = float(ro_s * factors.mean())  # the expected rollout: every loop's step is at least that
                 # bound: what the training stage may still take for this split to beat the incumbent
                 budget = incumbent - (0.0 if overlap else ro_robust) - fixed
@@ -471,7 +474,7 @@ class Planner:
                         base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches)
                     else:
                         base = step_time(mode, ro_s, train_s, sync)
-                    robust = expected_step_s(mode, streaming, ro_s, train_s, sync, finals, self.options.mini_batches, sigma)
+                    robust = expected_step_s(mode, streaming, ro_s * split_margin, train_s, sync, finals, self.options.mini_batches, sigma)
                     if mode == "async" and left is not None:
                         # the pipeline's fill (``left`` above): R async steps from a standing start
                         # take about R x max(rollout, train + sync) + min(rollout, train + sync)
@@ -525,7 +528,8 @@ class Planner:
             return None
         corr = kind_scale[layout_kind(len(ro.layout.tps)) - 1]
         ro_s = ro.makespan_s * corr
-        ro_robust = float(ro_s * rollout_factors(self.options.rollout_sigma).mean())
+        split_margin = 1.0 + HETERO_MARGIN if len(ro.layout.tps) > 1 else 1.0
+        ro_robust = float(ro_s * split_margin * rollout_factors(self.options.rollout_sigma).mean())
         if ro_robust >= incumbent:
             return None
         tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=incumbent - ro_robust - fixed)
