@@ -458,6 +458,38 @@ def ok(rec: Mapping[str, Any] | None) -> bool:
     return rec is not None and rec.get("status") == "ok" and float(rec.get("throughput_tok_s") or 0) > 0
 
 
+# ---- experiments as sweep grids ---------------------------------------------------------------
+def sweep_grid(ctx: Context, name: str, grid: Mapping[str, Any]) -> dict[tuple[str, str], dict[str, str]]:
+    """Run ``grid`` (a ``libra-sim sweep`` grid as a mapping; trace paths absolute) with the sweep
+    command itself: the file goes to ``<cache>/grids/<name>.yaml`` and the sweep's output and cache
+    to ``<cache>/sweeps/<name>/``, so a rerun replays only what changed and the same file runs on
+    a Ray cluster (``libra-sim sweep FILE --out DIR --ray ADDRESS``). Returns the rows of its
+    ``results.csv`` by (configuration id, policy). Why a sweep where the records suffice: one
+    cache, one way to run, the grid a user can read and rerun."""
+    import yaml
+
+    from sim.commands import sweep as S
+
+    gdir = ctx.cache / "grids"
+    gdir.mkdir(parents=True, exist_ok=True)
+    path = gdir / f"{name}.yaml"
+    atomic_write(path, "# written by experiments/exp_common.sweep_grid; rerun with libra-sim sweep THIS --out DIR\n"
+                 + yaml.safe_dump(dict(grid), sort_keys=False))
+    out = ctx.cache / "sweeps" / name
+    out.mkdir(parents=True, exist_ok=True)
+    ap = argparse.ArgumentParser()
+    S.add_arguments(ap)  # the command's own flags and defaults: the same run as typing it
+    S.run(ap.parse_args([str(path), "--out", str(out), "--jobs", str(max(1, ctx.jobs)), "--quiet"]))
+    return {(r["config"], r["policy"]): r for r in read_csv(out / "results.csv")}
+
+
+def sweep_value(row: Mapping[str, str] | None, key: str) -> float:
+    """A numeric field of a sweep row; NaN when the run failed or the field is empty."""
+    if row is None or row.get("status") != "ok" or not row.get(key):
+        return float("nan")
+    return float(row[key])
+
+
 # ---- numbers in text -------------------------------------------------------------------------
 def ratio(a: float | None, b: float | None) -> float:
     """``a / b``, NaN when either is missing or ``b`` is not positive."""

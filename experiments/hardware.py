@@ -6,15 +6,16 @@ wall-clock per 1,000 RL steps.
 The bundled SWE trace (Qwen3-14B) on the same number of GPUs of each kind (GB200: 4-GPU trays
 in a 72-GPU NVLink domain), Libra and the on-policy baselines (K=0). Per GPU kind: throughput,
 and the wall-clock hours and GPU-hours 1,000 RL steps would take at the replay's mean step time.
-SIMULATED replays; no prices are assumed (GPU-hours, not dollars).
+The replays run as a ``libra-sim sweep`` grid (``exp_common.sweep_grid``). SIMULATED replays; no
+prices are assumed (GPU-hours, not dollars).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from exp_common import TRACES, Context, Figure, ReplaySpec, Section, finish_figure, fx, md_table, ok, pick, pyplot, ratio, \
-    replays, script_main, write_csv
+from exp_common import TRACES, Context, Figure, Section, finish_figure, fx, md_table, pick, pyplot, ratio, script_main, sweep_grid, \
+    sweep_value, write_csv
 
 NAME = "hardware"
 TITLE = "Hardware what-if: five GPU kinds for one budget; cost of 1,000 RL steps"
@@ -35,14 +36,24 @@ def inputs(size: str) -> dict[str, Any]:
 def run(ctx: Context) -> Section:
     sh = shape(ctx.size)
     pols = POLICIES[:2] if ctx.size == "smoke" else POLICIES
-    specs = [ReplaySpec(str(TRACES / TRACE), sh["steps"], sh["gpus"], g, MODEL, p) for g in sh["kinds"] for p in pols]
+    wl: dict[str, Any] = {"trace": str(TRACES / TRACE)}
+    if sh["steps"]:
+        wl["steps"] = sh["steps"]
+    grid = {"name": f"hardware_{ctx.size}", "description": "GPU kinds for one budget (experiments/hardware.py)",
+            "policies": list(pols), "subject": "libra", "workloads": {"swe-bundled": wl},
+            "clusters": {f"{g}-{sh['gpus']}": {"gpus": sh["gpus"], "gpu": g, "model": MODEL} for g in sh["kinds"]},
+            "sweeps": [{"workloads": ["swe-bundled"], "clusters": [f"{g}-{sh['gpus']}" for g in sh["kinds"]], "max_staleness": [0]}]}
+    got = sweep_grid(ctx, f"hardware_{ctx.size}", grid)
     rs = []
-    for s, r in zip(specs, replays(ctx, specs)):
-        step = r.get("mean_step_s") if ok(r) else float("nan")
-        rs.append({"gpu": s.gpu, "gpus": s.gpus, "policy": s.policy, "status": r["status"],
-                   "throughput_tok_s": r.get("throughput_tok_s") if ok(r) else float("nan"), "mean_step_s": step,
-                   "wall_h_per_1000_steps": step * 1000 / 3600, "gpu_h_per_1000_steps": step * 1000 / 3600 * s.gpus,
-                   "split": r.get("split"), "rollout_tps": r.get("rollout_tps"), "mode": r.get("mode"), "error": r.get("error")})
+    for g in sh["kinds"]:
+        for p in pols:
+            r = got.get((f"swe-bundled/{g}-{sh['gpus']}/K0/s0", p))
+            step = sweep_value(r, "mean_step_s")
+            rs.append({"gpu": g, "gpus": sh["gpus"], "policy": p, "status": r["status"] if r else "missing",
+                       "throughput_tok_s": sweep_value(r, "throughput_tok_s"), "mean_step_s": step,
+                       "wall_h_per_1000_steps": step * 1000 / 3600, "gpu_h_per_1000_steps": step * 1000 / 3600 * sh["gpus"],
+                       "rollout_tps": r.get("rollout_tps") if r else "", "mode": r.get("mode") if r else "",
+                       "error": r.get("error") if r else "not run"})
     write_csv(ctx.dir / "hardware.csv", rs)
     plt = pyplot()
     import numpy as np
@@ -81,9 +92,9 @@ def run(ctx: Context) -> Section:
                                                   f"faster than {kinds[0].upper()})" for g in kinds)
             + ". Libra against the best K=0 baseline per kind: "
             + ", ".join(f"{g.upper()} {fx(ratio(lib[g]['throughput_tok_s'], max(r['throughput_tok_s'] for r in rs if r['gpu'] == g and r['policy'] != 'libra')))}" for g in kinds)
-            + ".\n\n" + md_table(("GPU", "policy", "gen tok/s", "mean step s", "h / 1,000 steps", "GPU-h / 1,000 steps", "split", "rollout TPs", "loop"),
+            + ".\n\n" + md_table(("GPU", "policy", "gen tok/s", "mean step s", "h / 1,000 steps", "GPU-h / 1,000 steps", "rollout TPs", "loop"),
                                  [(r["gpu"], r["policy"], f"{r['throughput_tok_s']:,.0f}", f"{r['mean_step_s']:.1f}",
-                                   f"{r['wall_h_per_1000_steps']:.1f}", f"{r['gpu_h_per_1000_steps']:,.0f}", r["split"], r["rollout_tps"],
+                                   f"{r['wall_h_per_1000_steps']:.1f}", f"{r['gpu_h_per_1000_steps']:,.0f}", r["rollout_tps"],
                                    r["mode"]) for r in rs]))
     return Section(NAME, TITLE, f"One GPU budget ({sh['gpus']} GPUs) of each kind running the bundled SWE trace.", figs, body, {},
                    ["hardware.csv"])

@@ -6,7 +6,9 @@ Weak scaling: a generated SWE workload (``libra-sim gen --workload swe``, 16K co
 a fixed number of trajectories per GPU, so the batch grows with the cluster (A800, Qwen3-14B,
 on-policy K=0). Per cluster size: generated tokens per second per GPU for Libra and the K=0
 baselines, Libra's plan, and the planner's cold search time on that workload (host CPU time).
-Flat throughput per GPU means the plans scale; SIMULATED replays.
+Flat throughput per GPU means the plans scale. The replays run as a ``libra-sim sweep`` grid
+(``exp_common.sweep_grid``: the grid file is written under the results' ``.cache/grids/``).
+SIMULATED replays.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from exp_common import Context, Figure, ReplaySpec, Section, finish_figure, fx, generated_trace, md_table, ok, pick, pyplot, \
-    ratio, replays, script_main, write_csv
+from exp_common import Context, Figure, Section, finish_figure, fx, generated_trace, md_table, pick, pyplot, ratio, script_main, \
+    sweep_grid, sweep_value, write_csv
 
 NAME = "scale"
 TITLE = "Scale what-if: 48 to 1,024 GPUs (weak scaling, generated SWE workload)"
@@ -51,17 +53,25 @@ def planner_s(trace: str, gpus: int) -> float:
 
 def run(ctx: Context) -> Section:
     sh = shape(ctx.size)
-    traces = {n: generated_trace(ctx.cache, "swe", max(2, sh["steps"]), sh["per_gpu"] * n, 8, 0, max_context=16384)
-              for n in sh["gpus"]}
-    specs = [ReplaySpec(traces[n], f"0:{sh['steps']}", n, GPU, MODEL, p) for n in sh["gpus"] for p in POLICIES]
-    recs = replays(ctx, specs)
+    grid = {
+        "name": f"scale_{ctx.size}", "description": "weak scaling (experiments/scale.py)", "policies": list(POLICIES),
+        "subject": "libra",
+        "workloads": {f"swe-{n}": {"generate": {"workload": "swe", "steps": sh["steps"], "batch": sh["per_gpu"] * n, "group_size": 8,
+                                                "seed": 0, "max_context": 16384}} for n in sh["gpus"]},
+        "clusters": {f"{GPU}-{n}": {"gpus": n, "gpu": GPU, "model": MODEL} for n in sh["gpus"]},
+        "sweeps": [{"workloads": [f"swe-{n}"], "clusters": [f"{GPU}-{n}"], "max_staleness": [0]} for n in sh["gpus"]],
+    }
+    got = sweep_grid(ctx, f"scale_{ctx.size}", grid)
     rs = []
-    for s, r in zip(specs, recs):
-        rs.append({"gpus": s.gpus, "trajectories_per_step": sh["per_gpu"] * s.gpus, "policy": s.policy, "status": r["status"],
-                   "throughput_tok_s": r.get("throughput_tok_s") if ok(r) else float("nan"),
-                   "tok_s_per_gpu": r["throughput_tok_s"] / s.gpus if ok(r) else float("nan"),
-                   "mean_step_s": r.get("mean_step_s"), "split": r.get("split"), "rollout_tps": r.get("rollout_tps"),
-                   "mode": r.get("mode"), "error": r.get("error")})
+    for n in sh["gpus"]:
+        for p in POLICIES:
+            r = got.get((f"swe-{n}/{GPU}-{n}/K0/s0", p))
+            tok = sweep_value(r, "throughput_tok_s")
+            rs.append({"gpus": n, "trajectories_per_step": sh["per_gpu"] * n, "policy": p, "status": r["status"] if r else "missing",
+                       "throughput_tok_s": tok, "tok_s_per_gpu": tok / n, "mean_step_s": sweep_value(r, "mean_step_s"),
+                       "rollout_tps": r.get("rollout_tps") if r else "", "mode": r.get("mode") if r else "",
+                       "error": r.get("error") if r else "not run"})
+    traces = {n: generated_trace(ctx.cache, "swe", 2, sh["per_gpu"] * n, 8, 0, max_context=16384) for n in sh["gpus"]}
     plan_t = {n: planner_s(traces[n], n) for n in sh["gpus"]}
     for r in rs:
         r["planner_cpu_s"] = plan_t[r["gpus"]]
@@ -88,9 +98,9 @@ def run(ctx: Context) -> Section:
             "against the best K=0 baseline: " + ", ".join(f"{n} GPUs {fx(ratio(next(r['throughput_tok_s'] for r in lib if r['gpus'] == n), best_of[n]))}"
                                                            for n in sh["gpus"])
             + f". Planner search grows to {max(plan_t.values()) * 1e3:.0f} ms.\n\n"
-            + md_table(("GPUs", "trajectories/step", "policy", "tok/s/GPU", "mean step s", "split", "rollout TPs", "loop", "planner ms"),
+            + md_table(("GPUs", "trajectories/step", "policy", "tok/s/GPU", "mean step s", "rollout TPs", "loop", "planner ms"),
                        [(r["gpus"], r["trajectories_per_step"], r["policy"], f"{r['tok_s_per_gpu']:.1f}",
-                         f"{r['mean_step_s']:.1f}" if r["mean_step_s"] else "failed", r["split"], r["rollout_tps"], r["mode"],
+                         f"{r['mean_step_s']:.1f}" if r["status"] == "ok" else "failed", r["rollout_tps"], r["mode"],
                          f"{r['planner_cpu_s'] * 1e3:.0f}") for r in rs]))
     fig_ = Figure("scale.png", "SIMULATED weak scaling",
                   "Left: generated tokens per second per GPU as the cluster and the batch grow together; right: the planner's "
