@@ -290,6 +290,9 @@ class Runner:
         self._pool_counts = [a + b for a, b in zip(self._pool_counts, (1, pool is not None, ro.pool_consulted, ro.pool_consulted_training,
                                                                        len(ro.lent)))]
         self._declined += ro.lend_declined
+        for at_s, victim in ro.faults_unfired:
+            self.log(f"fault injection: the kill of rollout instance {victim} at {at_s:g} s of step {step} never fired "
+                     f"(it generated nothing after {at_s:g} s; the stage took {ro.makespan_s:.2f} s)")
         self._check_stop()
         rewards = [e.reward for e in eps]
         stream = None

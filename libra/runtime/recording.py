@@ -20,6 +20,7 @@ STEP_FIELDS: tuple[str, ...] = (
     "used_tool", "tool_calls", "tool_errors", "tool_timeouts", "gen_tokens", "prefill_tokens", "cached_tokens", "trained_tokens",
     "plan_s", "rollout_s", "train_s", "logprob_s", "sync_s", "checkpoint_s", "setup_s", "step_s", "gen_tok_s", "engine_busy_s", "engine_util", "train_tok_s",
     "migrations", "migration_tokens", "migration_s", "migration_pred_kv_s", "migration_pred_prefill_s", "moves_without_kv", "routed", "rerouted", "recovered",
+    "faults_unfired",
     "trainer_restarts", "plan_from_prior", "streaming", "train_overlap_s", "lent", "lend_declined", "helper_samples", "join_s", "loss", "clip_frac", "kl", "predicted_rollout_s", "predicted_train_s", "predicted_step_s",
 )
 

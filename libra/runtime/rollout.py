@@ -94,6 +94,7 @@ class Rollout:
             self._consult_pool()
             self._dispatch()
         self._drain_prefills()
+        self.res.faults_unfired = list(self.faults)  # reported, not dropped: the run did not test what was asked
         self.res.makespan_s = self._now()
         for inst in self.inst.values():
             inst.lent = False

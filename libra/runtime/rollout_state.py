@@ -35,6 +35,8 @@ class RolloutResult:
     moves_without_kv: int = 0
     recovered: int = 0  # trajectories re-queued after their instance died
     dead_instances: list[int] = field(default_factory=list)
+    #: injected kills that never fired: (seconds, instance) whose victim generated nothing after that time
+    faults_unfired: list[tuple[float, int]] = field(default_factory=list)
     lent: list[tuple[float, int]] = field(default_factory=list)
     gen_tokens: int = 0
     prefill_tokens: int = 0

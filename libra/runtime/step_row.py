@@ -42,7 +42,7 @@ def step_row(cfg: Any, step: int, plan: Plan, eps: list[Any], ro: Any, tr: dict[
         "train_tok_s": tr.get("tokens", 0) * train_dp / max(tr["train_s"], 1e-9), "migrations": len(mig), "migration_tokens": sum(m.tokens for m in mig),
         "migration_s": sum(m.measured_s for m in mig), "migration_pred_kv_s": sum(m.predicted_kv_s for m in mig),
         "migration_pred_prefill_s": sum(m.predicted_prefill_s for m in mig), "moves_without_kv": ro.moves_without_kv, "routed": ro.routed, "rerouted": ro.rerouted,
-        "recovered": ro.recovered, "trainer_restarts": trainer_restarts, "lent": len(ro.lent), "loss": tr.get("loss", math.nan),
+        "recovered": ro.recovered, "faults_unfired": len(ro.faults_unfired), "trainer_restarts": trainer_restarts, "lent": len(ro.lent), "loss": tr.get("loss", math.nan),
         "clip_frac": tr.get("clip_frac", math.nan), "kl": tr.get("kl", math.nan), "predicted_rollout_s": plan.predicted_rollout_s,
         "predicted_train_s": plan.predicted_train_s, "predicted_step_s": plan.predicted_step_s,
     }

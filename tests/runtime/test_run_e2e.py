@@ -73,16 +73,19 @@ def test_torch_engine_and_trainer_record_and_replay(tmp_path) -> None:
 @needs_deepspeed
 def test_deepspeed_zero2_migration_and_faults(tmp_path) -> None:
     # max_batch 12: the whole step fits instance 0 (bucket 0), so nothing spills onto bucket 1's
-    # instance at admission (work conservation) and the floor moves past 34 tokens are migrations
+    # instance at admission (work conservation) and the floor moves past 34 tokens are migrations.
+    # The rollout kill is at 0 s, during instance 0's first batch: at 0.05 s (as before) that batch
+    # had sometimes finished and every trajectory had moved to bucket 1, so the kill never fired
     s = _run(tmp_path, engine="torch", trainer="deepspeed", zero_stage=2, devices=4, split="2:2", bucket_bounds=[34],
              policy="libra-cmlfq", steps=3, replay=False, max_batch=12, streaming=True,
-             faults=[{"kill": "rollout", "step": 1, "at_s": 0.05, "instance": 0}, {"kill": "trainer", "step": 2}])
+             faults=[{"kill": "rollout", "step": 1, "at_s": 0.0, "instance": 0}, {"kill": "trainer", "step": 2}])
     rows = _rows(os.path.join(s["out"], "steps.csv"))
     assert len(rows) == 3
     assert all(r["train_dp"] == "2" and r["zero_stage"] == "2" for r in rows)
     assert sum(int(r["migrations"]) for r in rows) >= 1
     mig = [r for r in rows if int(r["migrations"])]
     assert all(float(r["migration_s"]) > 0 and float(r["migration_pred_kv_s"]) > 0 for r in mig)
+    assert all(int(r["faults_unfired"]) == 0 for r in rows), "every injected kill fired"
     assert int(rows[1]["recovered"]) >= 1, "the killed rollout worker's trajectories continue elsewhere"
     assert int(rows[2]["trainer_restarts"]) == 1
     # streaming pinned on (split 2:2 is not colocated): every step streamed, so the trainer kill hit a
