@@ -29,8 +29,7 @@ import numpy as np
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.plan import Bucket, Plan, RolloutInstance
-from libra.pool.base import PoolPolicy
-from libra.scheduling.base import RolloutScheduler
+from libra.policy_wrapper import PolicyWrapper
 from libra.trace.columnar import StepArrays
 
 
@@ -91,22 +90,16 @@ def pin_plan(plan: Plan, pin: PlanPin) -> Plan:
     return replace(plan, notes={**plan.notes, "pinned": pin.text()})
 
 
-class PinnedPolicy:
+class PinnedPolicy(PolicyWrapper):
     """``inner`` with every plan pinned (``pin_plan``); the scheduler and the pool are the inner
     policy's, made for the pinned plan the backend hands back."""
 
+    _own = ("inner", "pin")
+
     def __init__(self, inner: Any, pin: PlanPin) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.pin = pin
         self._plan: Plan | None = None  # the last pinned plan (what ``libra.sim`` reads as the policy's plan notes)
-
-    @property
-    def name(self) -> str:
-        return str(getattr(self.inner, "name", "?"))
-
-    @property
-    def sees_future(self) -> bool:
-        return bool(getattr(self.inner, "sees_future", False))
 
     def plan(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
         """The inner policy's plan with the pin applied; a split larger than the cluster is a ``UserError``."""
@@ -115,18 +108,6 @@ class PinnedPolicy:
                             f"the cluster has {cluster.n_gpus}")
         self._plan = pin_plan(self.inner.plan(cluster, history, prompt_tokens), self.pin)
         return self._plan
-
-    def scheduler(self, plan: Plan, future: StepArrays | None = None) -> RolloutScheduler:
-        # a policy that does not see the future may not take the argument at all
-        return self.inner.scheduler(plan) if future is None else self.inner.scheduler(plan, future=future)  # type: ignore[no-any-return]
-
-    def pool(self, plan: Plan) -> PoolPolicy | None:
-        return self.inner.pool(plan)  # type: ignore[no-any-return]
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("inner", "pin"):
-            raise AttributeError(name)
-        return getattr(self.inner, name)  # the inner policy's own extras (options, planner) stay visible
 
 
 def pinned(policy: Any, split: tuple[int, int] | None, bounds: Sequence[int] | None, per_node: int) -> Any:

@@ -27,7 +27,7 @@ import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.planner.plan import Plan
-from libra.pool.base import PoolPolicy
+from libra.policy_wrapper import PolicyWrapper
 from libra.scheduling.base import InstanceLoad, Route, RolloutScheduler, TrajectoryObservation, Transfer
 from libra.trace.columnar import StepArrays
 
@@ -163,20 +163,14 @@ class RecordingScheduler:
         return attr
 
 
-class RecordingPolicy:
+class RecordingPolicy(PolicyWrapper):
     """A ``Policy`` that forwards to ``inner`` and logs its plans and its schedulers' calls."""
 
+    _own = ("inner", "log")
+
     def __init__(self, inner: Any, log: DecisionLog) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.log = log
-
-    @property
-    def name(self) -> str:
-        return str(getattr(self.inner, "name", "?"))
-
-    @property
-    def sees_future(self) -> bool:
-        return bool(getattr(self.inner, "sees_future", False))
 
     def plan(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
         p = self.inner.plan(cluster, history, prompt_tokens)
@@ -184,25 +178,15 @@ class RecordingPolicy:
         return p
 
     def scheduler(self, plan: Plan, future: StepArrays | None = None) -> RolloutScheduler:
-        # a policy that does not see the future may not take the argument at all
-        inner = self.inner.scheduler(plan) if future is None else self.inner.scheduler(plan, future=future)
+        inner = super().scheduler(plan, future)
         self.log.executed.append(plan)
         return RecordingScheduler(inner, self.log, len(self.log.executed) - 1)  # type: ignore[return-value]
 
-    def pool(self, plan: Plan) -> PoolPolicy | None:
-        return self.inner.pool(plan)
-
     def observe(self, outcome: Any) -> None:
-        """Logged, then forwarded to a policy that learns from measured steps (``libra.planner.feedback``)."""
+        """Logged, then forwarded (``PolicyWrapper.observe``)."""
         self.log.observed.append(outcome)
-        inner = getattr(self.inner, "observe", None)
-        if inner is not None:
-            inner(outcome)
+        super().observe(outcome)
 
-    def __getattr__(self, name: str) -> Any:
-        if name in ("inner", "log"):
-            raise AttributeError(name)
-        return getattr(self.inner, name)  # a policy's own extras (``_plan``, options) stay visible
 
 
 def recorded(policy: Any, log: DecisionLog | None) -> Any:
