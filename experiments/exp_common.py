@@ -155,11 +155,10 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """sha256 of a file's bytes: the sweep cache's own (``sim.sweep.cache.sha256_file``)."""
+    from sim.sweep.cache import sha256_file as sha
+
+    return sha(path)
 
 
 def digest(obj: Any) -> str:
@@ -261,13 +260,11 @@ class ReplaySpec:
         return f"{os.path.basename(self.trace)}[{self.steps or 'all'}] {self.gpus}x{self.gpu} {self.model} {self.policy} K={self.max_staleness}{o}"
 
 
-_SHA: dict[str, str] = {}
-
-
 def _trace_sha(path: str) -> str:
-    if path not in _SHA:
-        _SHA[path] = sha256_file(path)
-    return _SHA[path]
+    """A trace's sha256, memoized per process (the sweep cache's ``file_sha256``)."""
+    from sim.sweep.cache import file_sha256
+
+    return file_sha256(path)
 
 
 _STEP_FIELDS = ("step", "n_traj", "completed", "step_s", "step_end_s", "rollout_start_s", "rollout_makespan_s", "lower_bound_s",

@@ -93,7 +93,9 @@ def test_replays_are_cached_per_spec_and_code_key(tmp_path: Path, monkeypatch: p
     r = ec.replays(ctx, [a, b, c], progress=False)
     assert done == ["libra", "verl-colocated", "libra"] and [x["cached"] for x in r] == [True, True, False]
     trace.write_text("{}\n{}\n")  # the trace's bytes changed
-    ec._SHA.clear()
+    from sim.sweep.cache import file_sha256
+
+    file_sha256.cache_clear()  # the per-process memo of trace hashes (a new process would read the new bytes)
     ec.replays(ctx, [a], progress=False)
     assert len(done) == 4
     monkeypatch.setattr(ec, "code_key", lambda: "k2")  # the simulator or planner changed

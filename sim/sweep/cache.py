@@ -33,7 +33,8 @@ CODE_EXCLUDED: tuple[str, ...] = ("libra/runtime", "sim/sweep", "sim/commands", 
 DATA_SUFFIXES: tuple[str, ...] = (".json", ".csv", ".yaml")
 
 
-def _sha256_file(path: str | os.PathLike[str]) -> str:
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks (not memoized: see ``file_sha256``)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -44,7 +45,7 @@ def _sha256_file(path: str | os.PathLike[str]) -> str:
 @lru_cache(maxsize=None)
 def file_sha256(path: str) -> str:
     """sha256 of a file's bytes (memoized per process: a grid names a trace many times)."""
-    return _sha256_file(path)
+    return sha256_file(path)
 
 
 def _package_dirs() -> list[tuple[str, Path]]:
@@ -79,7 +80,7 @@ def code_key(root: str | None = None) -> str:
     for rel, p in sorted(files):
         h.update(rel.encode())
         h.update(b"\0")
-        h.update(_sha256_file(p).encode())
+        h.update(sha256_file(p).encode())
     return h.hexdigest()[:16]
 
 
