@@ -39,15 +39,15 @@ FACTOR_MAX = 3.0
 @dataclass(frozen=True)
 class StepOutcome:
     """One step as the backend that ran it measured it (``libra-run``: wall-clock; the simulator:
-    its simulated times, noise included). ``plan`` is the plan it executed; ``trajectories`` the
-    step's completed trajectories, as the planner's history will hold them."""
+    its simulated time, noise included). ``plan`` is the plan it executed; ``trajectories`` the
+    step's completed trajectories, as the planner's history will hold them. Only the rollout is
+    reported: it is what the planner corrects, and it is known when the next plan is made (in
+    async mode the step's training is still running then)."""
 
     step: int
     plan: Plan
     trajectories: StepArrays
     rollout_s: float
-    train_s: float | None = None
-    step_s: float | None = None
 
 
 def layout_kind(n_buckets: int) -> int:
