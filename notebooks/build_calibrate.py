@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from build_what_if import execute  # noqa: E402  (the same headless execution)
+from build_what_if import notebook, write  # noqa: E402  (the same notebook shape and headless execution)
 
 CELLS = [
     ("md", """# Calibrate the cost model from a measurement folder
@@ -176,17 +176,8 @@ assert abs(out[1]["step_s"] / out[0]["step_s"] - 1) < 0.01, 'a fit of the bundle
 
 def build() -> nbformat.NotebookNode:
     """The notebook object from ``CELLS``."""
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    for kind, src in CELLS:
-        nb.cells.append(nbformat.v4.new_markdown_cell(src) if kind == "md" else nbformat.v4.new_code_cell(src))
-    return nb
+    return notebook(CELLS)
 
 
 if __name__ == "__main__":
-    out = Path(__file__).with_name("calibrate.ipynb")
-    nb = build()
-    if "--no-execute" not in sys.argv[1:]:
-        nb = execute(nb, out.parent)
-    nbformat.write(nb, out)
-    print(f"wrote {out}" + ("" if "--no-execute" in sys.argv[1:] else " (executed, with outputs)"))
+    write(build(), "calibrate.ipynb", sys.argv[1:])

@@ -173,13 +173,18 @@ print("libra / best baseline: " + ", ".join(f"{g} {sweep[(sweep.gpu == g) & (swe
 ]
 
 
-def build() -> nbformat.NotebookNode:
-    """The notebook object from ``CELLS``."""
+def notebook(cells: list[tuple[str, str]]) -> nbformat.NotebookNode:
+    """A Python 3 notebook of ``(kind, source)`` cells, kind "md" or code (shared by the builders)."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    for kind, src in CELLS:
+    for kind, src in cells:
         nb.cells.append(nbformat.v4.new_markdown_cell(src) if kind == "md" else nbformat.v4.new_code_cell(src))
     return nb
+
+
+def build() -> nbformat.NotebookNode:
+    """The notebook object from ``CELLS``."""
+    return notebook(CELLS)
 
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout_s: int = 600) -> nbformat.NotebookNode:
@@ -190,12 +195,18 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout_s: int = 600) -> nbfor
     return nb
 
 
+def write(nb: nbformat.NotebookNode, name: str, argv: list[str]) -> None:
+    """Execute ``nb`` headless (unless ``--no-execute`` is in ``argv``) and write it beside this
+    file as ``name`` (shared by the builders)."""
+    out = Path(__file__).with_name(name)
+    run = "--no-execute" not in argv
+    if run:
+        nb = execute(nb, out.parent)
+    nbformat.write(nb, out)
+    print(f"wrote {out}" + (" (executed, with outputs)" if run else ""))
+
+
 if __name__ == "__main__":
     import sys
 
-    out = Path(__file__).with_name("what_if.ipynb")
-    nb = build()
-    if "--no-execute" not in sys.argv[1:]:
-        nb = execute(nb, out.parent)
-    nbformat.write(nb, out)
-    print(f"wrote {out}" + ("" if "--no-execute" in sys.argv[1:] else " (executed, with outputs)"))
+    write(build(), "what_if.ipynb", sys.argv[1:])
