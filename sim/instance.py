@@ -120,6 +120,7 @@ class Instance:
         self.busy = False
         self.alive = True
         self.started = True  # False while its GPUs are still held elsewhere
+        self.ready_at: float | None = None  # not started: the predicted start (sim time); None unknown
         self._version = 0
         self._kicked = False
         self._t0 = 0.0

@@ -268,6 +268,8 @@ class Simulator:
                 inst.started = False
                 waits = [ev for gs, ev in blocking if gs.intersection(inst.gpus)]
                 delay = load if inst.id in trans.moved else 0.0  # a moved instance loads its weights first
+                if not waits:  # what the router may know of when it starts: the predicted load, not the noisy one
+                    inst.ready_at = env.now + (trans.to_rollout_s if inst.id in trans.moved else 0.0)
                 if waits or delay > 0:
                     env.process(self._acquire_after(waits, inst, ("rollout", step.step, inst.id), delay))
                 else:

@@ -26,7 +26,9 @@ system could answer at each moment (``TrajectoryObservation`` carries no future)
   free slots, another instance died) it asks ``scheduler.next_for(load, loads)`` and moves the
   queued entries the answer names (their cached KV is dropped; the receiver prefills them).
   Loads report ``started=False`` for an instance whose GPUs are still held (async: the previous
-  step's training), so routers do not mistake it for an empty one.
+  step's training) or that loads its weights after a re-plan, so routers do not mistake it for
+  an empty one; ``ready_in_s`` is the *predicted* wait (the transition's predicted weight load,
+  not the noisy one the simulation then charges; unknown while an earlier training holds it).
 
 KV of a trajectory in a tool call is kept (cached on its instance, evictable under pressure)
 with ``kv_mode="keep"``, or released (``"release"``: the whole context is prefilled again on
@@ -199,9 +201,10 @@ class RolloutStage:
             at_call_start=at_call_start,
         )
 
-    @staticmethod
-    def _load(x: Instance) -> InstanceLoad:
-        return InstanceLoad(x.id, x.bucket, x.n_running, len(x.queue), x.kv_used, x.capacity, x.max_seqs, x.started, x.queued_tokens)
+    def _load(self, x: Instance) -> InstanceLoad:
+        ready = 0.0 if x.started else (float("inf") if x.ready_at is None else max(0.0, x.ready_at - self.env.now))
+        return InstanceLoad(x.id, x.bucket, x.n_running, len(x.queue), x.kv_used, x.capacity, x.max_seqs, x.started,
+                            x.queued_tokens, ready)
 
     def loads(self, bucket: int | None = None) -> list[InstanceLoad]:
         """The load of every live instance (of ``bucket`` only, when given)."""
