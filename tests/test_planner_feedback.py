@@ -7,6 +7,7 @@ import pytest
 
 from libra.cluster import ClusterSpec
 from libra.planner.feedback import FACTOR_MAX, RolloutCalibration, StepOutcome
+from libra.planner.plan import Bucket, RolloutInstance
 from libra.planner.search import Planner, SearchOptions
 from libra.trace.workload import generate_steps
 
@@ -44,3 +45,39 @@ def test_observed_rollouts_scale_the_next_prediction() -> None:
     assert same.notes["rollout_factor"] == 1.0
     # the plan may change with the correction, but it is priced at least as slow as before
     assert nxt.predicted_step_s >= same.predicted_step_s - 1e-9
+
+
+def test_a_split_that_did_not_pay_must_forecast_more_next_time() -> None:
+    """After a two-bucket step, the planner compares the measured rollout with what the best one
+    bucket on the same GPUs would have taken (hindsight, scaled by one bucket's measured factor);
+    the forecast gain over that realized gain raises the margin later splits must clear."""
+    from dataclasses import replace
+
+    cal = RolloutCalibration(window=3)
+    assert cal.split_scale() == 1.0
+    assert cal.record_split(1.15, 0.95) == pytest.approx(1.15 / 0.95)
+    assert cal.split_scale() == pytest.approx(1.15 / 0.95)
+    cal.record_split(1.0, 2.0)
+    cal.record_split(1.0, 2.0)
+    assert cal.split_scale() == 1.0  # a split that paid more than forecast earns no bonus
+    assert cal.record_split(float("nan"), 1.0) is None
+
+    steps = list(generate_steps("search", 3, 256, 8, 0, max_context=16384))
+    cl = ClusterSpec(32, "h100", "qwen3-14b", 8, max_context=16384)
+    planner = Planner(cl, options=SearchOptions(max_staleness=1))
+    plan = planner.to_plan(planner.search(steps[:1], steps[1].prompt_tokens))
+    assert len(plan.buckets) == 1
+    # one bucket ran once, 10% slower than the model says of that step: its measured factor
+    planner.observe(StepOutcome(1, plan, steps[1], 1.1 * planner.hindsight_rollout_s(plan, steps[1])))
+    assert planner.calibration.factor(1) == pytest.approx(1.1)
+    # a two-bucket plan that forecast 20% over one bucket ...
+    tp_lo, tp_hi = min(planner.tps), max(planner.tps)
+    insts = tuple(RolloutInstance(i, tp_lo if i else tp_hi, 0 if i else 1, node=0, first_gpu=0) for i in range(3))
+    split = replace(plan, buckets=(Bucket(0, tp_lo, 0, 2048), Bucket(1, tp_hi, 2048, None)), instances=insts,
+                    notes={**plan.notes, "model_rollout_s": 10.0, "one_bucket_model_rollout_s": 12.0})
+    one_hs = planner._hindsight_dp(split, steps[1], 1).best_one_bucket_s(split.n_rollout_gpus)
+    # ... measured as slow as one bucket would have been: it realized no gain
+    planner.observe(StepOutcome(1, split, steps[1], one_hs * planner.calibration.factor(1)))
+    assert planner.calibration.split_scale() == pytest.approx(1.2, rel=0.05)
+    nxt = planner.to_plan(planner.search(steps[:2], steps[2].prompt_tokens, current=plan))
+    assert nxt.notes["split_scale"] == pytest.approx(planner.calibration.split_scale())

@@ -20,8 +20,12 @@ bucket's context range, the decode tokens ``T``, their KV-context sum ``S``, the
 * its average batch is then ``B = clip(T / (m * I), 1, Bcap)`` and one iteration costs
   ``iter = base(t, B) + slope(t, B) * B * S / T`` (``decode_coeffs``, interpolated in B);
 * the bucket's busy time is ``load_b(m) = I * iter + P * prefill_per_token(t) / m``;
-* the tail spends ``tail_b(m) = tail * iter + tail_P * prefill_per_token(t)`` in it: it shares
-  the bucket's batches, so its tokens cost the batch's iteration time, not batch 1's.
+* the tail spends ``tail_b(m) = tail * iter(B_tail) + tail_P * prefill_per_token(t)`` in it: it
+  shares its instance's batches, so its tokens cost that batch's iteration time, not batch 1's;
+  its instance runs the tail plus its share of the others' tokens, so
+  ``B_tail = clip(1 + (T - tail) / (m * tail), 1, Bcap)`` (the average instance's ``B`` left the
+  tail's own tokens out of that share: where the tail was most of an instance's work it decoded
+  alone, and more instances stopped helping long before they did in replay).
 
 The rollout makespan of counts ``m`` is
 
@@ -203,8 +207,21 @@ class RolloutDP:
         iters = np.maximum(float(tail.max()), T / (m * bcap))
         B = np.clip(T / (m * iters), 1.0, bcap)
         grid = np.arange(1, len(self.table.base[t]) + 1, dtype=np.float64)
-        it = np.interp(B, grid, self.table.base[t]) + np.interp(B, grid, self.table.slope[t]) * B * ctx
-        return iters * it + P * ppt / m, tail * it[None, :] + tail_p * ppt
+
+        def iteration_s(b: np.ndarray) -> np.ndarray:
+            return np.interp(b, grid, self.table.base[t]) + np.interp(b, grid, self.table.slope[t]) * b * ctx
+
+        # the tail's instance runs the tail plus its share of everyone else's tokens, spread over
+        # the tail's lifetime, of which it decodes the part not spent in its tool calls: the batch
+        # it decodes in is 1 + f (T - tail) / (m tail), f = decode / (decode + tool time), not the
+        # average instance's T / (m I) (one fixed-point pass from f = 1)
+        others = np.maximum(T - tail, 0.0) / (m[None, :] * np.maximum(tail, 1.0))  # [tails, m]
+        tool = np.asarray(s.tail_tool_s, np.float64)[:, None]
+        b_tail = np.clip(1.0 + others, 1.0, bcap)
+        decode = tail * iteration_s(b_tail)
+        share = decode / np.maximum(decode + tool, 1e-12)
+        b_tail = np.clip(1.0 + share * others, 1.0, bcap)
+        return iters * iteration_s(B) + P * ppt / m, tail * iteration_s(b_tail) + tail_p * ppt
 
     def curves(self, layout: BucketLayout, M: Sequence[int]) -> _Curves:
         """Running-minimum ``load_b`` and ``tail_b`` for m = 1..M[b]."""
@@ -293,6 +310,22 @@ class RolloutDP:
                 if best is None or o < best[0]:
                     best = (o, (m1, min(m2, len(c.load[1]))))
         return best
+
+    def choice_for(self, layout: BucketLayout, counts: Sequence[int], instances: tuple[RolloutInstance, ...],
+                   buckets: tuple[Bucket, ...], G: int) -> RolloutChoice:
+        """A given layout, counts and placement (the plan in force) as a ``RolloutChoice``,
+        predicted on this DP's statistics."""
+        c = self.curves(layout, counts)
+        makespan, load, crit = self.objective(c, counts)
+        times = tuple(float(c.load[b][m - 1]) for b, m in enumerate(counts))
+        return RolloutChoice(n_gpus=G, layout=layout, counts=tuple(counts), makespan_s=makespan, load_s=load, critical_path_s=crit,
+                             bucket_times_s=times, instances=instances, buckets=buckets)
+
+    def best_one_bucket_s(self, G: int) -> float:
+        """The model's makespan of the best one-bucket layout on ``G`` GPUs (inf: none packs):
+        what a two-bucket layout's gain is measured against (``libra.planner.feedback``)."""
+        times = [r[0] for c in self._all_curves() if len(c.layout.tps) == 1 for r in [self._best_counts(c, G)] if r is not None]
+        return float(min(times)) if times else float("inf")
 
     def best(self, G: int, kind_scale: tuple[float, float] = (1.0, 1.0)) -> RolloutChoice | None:
         """The best layout and allocation on ``G`` rollout GPUs (None: nothing fits).

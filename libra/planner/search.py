@@ -79,7 +79,7 @@ import numpy as np
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, valid_tp_degrees
-from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line
+from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line, training_time_fn
 from libra.planner.feedback import RolloutCalibration, StepOutcome, layout_kind
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, HETERO_MARGIN, BucketLayout, RolloutChoice, RolloutDP
@@ -213,6 +213,7 @@ class Candidate:
     mode_step_s: dict[str, float] = field(default_factory=dict)  # every allowed loop's predicted step (no transition)
     robust_s: float = float("nan")  # the expected step with the rollout uncertain (``ROLLOUT_SIGMA``): the rank (NaN: step_s)
     rollout_factor: float = 1.0  # measured / predicted rollout of past steps for this layout kind (``libra.planner.feedback``)
+    one_bucket_rollout_s: float = float("nan")  # two buckets: the model's best one-bucket makespan on the same GPUs (its forecast gain)
 
     @property
     def rollout_s(self) -> float:
@@ -248,22 +249,48 @@ LOOP_ORDER = {"sync": 0, "sync+streaming": 1, "async": 2}
 TIE_TOLERANCE = 0.02
 
 
+#: Async near-ties: paces (``max(rollout, train + sync)``) within this fraction of each other are
+#: the same pace to ``choose`` (below what the training and sync predictions resolve).
+PACE_RESOLUTION = 0.01
+
+
 def choose(cands: Sequence[Candidate]) -> Candidate:
     """The candidate to run: the best rank; among those within ``TIE_TOLERANCE`` of its expected
-    step, the least staleness, then no idle rollout GPUs, then the one whose bottleneck stage has
-    the most GPUs: an async plan whose rollout is the longer stage gains nothing from training
-    GPUs (the old tie-break, more training GPUs, gave training 36 of 72 GB200s for 0.6 s of
-    training per step while the rollout set the pace; a fixed 60:12 replayed 7% faster, SIMULATED)."""
+    step, the least staleness, then no idle rollout GPUs. Then, for async plans, among those whose
+    pace ``max(rollout, train + sync)`` is within ``PACE_RESOLUTION`` of the fastest: a plan whose
+    training chain sets the pace before one whose rollout does; training-bound, the one with the
+    shortest rollout (the most headroom under the chain); rollout-bound, the one with the most
+    rollout GPUs. For sync plans, the most training GPUs.
+
+    Why: in ``max(rollout, train + sync)`` the training chain is the predictable part and the
+    rollout the uncertain one. The old tie-break, more training GPUs, gave training 48 of 64 B200s
+    where the chain was 17.9 s of weight sync that no GPU count shortens (0.9 s of training); 16
+    rollout GPUs then set the pace in the steps whose tail ran six times the forecast
+    (search-drift, 30B-A3B, K=1, 23.1 s per step against 22.3 s for a fixed 28:36, SIMULATED).
+    Before that, the same rule gave training 36 of 72 GB200s for 0.6 s of training while the
+    rollout set the pace (a fixed 60:12 replayed 7% faster). Two other keys were tried and
+    rejected: the expected step under twice the rollout uncertainty still rewards a shorter chain
+    where the rollout is the longer stage (14:18 over 16:16 on 32 H100s, 46.5 s against 45.0 s per
+    step), and ``rollout / chain`` alone prefers a longer chain at an equal rollout."""
     best = min(cands, key=Candidate.rank)
     top = best.rank()[0]
     near = [c for c in cands if c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)]
+    first = min((LOOP_ORDER[c.loop], c.idle_rollout_gpus) for c in near)
+    near = [c for c in near if (LOOP_ORDER[c.loop], c.idle_rollout_gpus) == first]
+    if near[0].mode != "async":
+        return min(near, key=lambda c: (-c.n_train, c.rank()))
 
-    def pace(c: Candidate) -> tuple[int, int, int]:
-        rollout_bound = c.mode == "async" and c.rollout_s >= c.train_s + c.sync_s
-        more = c.rollout.n_gpus if rollout_bound else c.n_train
-        return (LOOP_ORDER[c.loop], c.idle_rollout_gpus, -more)
+    def pace(c: Candidate) -> float:
+        return max(c.rollout_s, c.train_s + c.sync_s)
 
-    return min(near, key=lambda c: (pace(c), c.rank()))
+    fastest = min(pace(c) for c in near)
+    same = [c for c in near if pace(c) <= fastest * (1.0 + PACE_RESOLUTION)]
+
+    def hedge(c: Candidate) -> tuple[bool, float, int]:
+        rollout_bound = c.rollout_s >= c.train_s + c.sync_s
+        return (rollout_bound, -float(c.rollout.n_gpus) if rollout_bound else c.rollout_s, -c.n_train)
+
+    return min(same, key=lambda c: (hedge(c), c.rank()))
 
 
 def loop_name(mode: str, streaming: bool) -> str:
@@ -341,6 +368,10 @@ class Planner:
         return float(max(1, min(self.options.amortize_steps, int(self.options.run_steps) - done)))
 
     # ---- feedback from steps run -------------------------------------------------------------
+    def _hindsight_dp(self, plan: Plan, step: StepArrays, max_buckets: int) -> RolloutDP:
+        stats = compute_stats([step], step.prompt_tokens, window=1)
+        return RolloutDP(stats, self.table, self.cluster.gpus_per_node, plan.n_rollout_gpus, self.tps, max_buckets, self.nvlink_domain)
+
     def hindsight_rollout_s(self, plan: Plan, step: StepArrays) -> float:
         """What the load model predicts for ``plan``'s rollout layout fed ``step``'s own
         trajectories (hindsight): compared with the measured time, it isolates the model's error
@@ -348,9 +379,7 @@ class Planner:
         evaluated (no instance in a bucket)."""
         if not plan.buckets or not plan.instances or not step.n:
             return float("nan")
-        stats = compute_stats([step], step.prompt_tokens, window=1)
-        dp = RolloutDP(stats, self.table, self.cluster.gpus_per_node, plan.n_rollout_gpus, self.tps, max(1, len(plan.buckets)),
-                       self.nvlink_domain)
+        dp = self._hindsight_dp(plan, step, max(1, len(plan.buckets)))
         counts = [sum(1 for i in plan.instances if i.bucket == b.index) for b in plan.buckets]
         if min(counts) < 1:
             return float("nan")
@@ -361,8 +390,17 @@ class Planner:
         """Learn from a step the backend ran: its measured rollout over the hindsight prediction,
         kept per layout kind; later searches scale their rollout predictions by it. Returns the
         ratio kept (None: unusable, e.g. no rollout measured)."""
-        pred = self.hindsight_rollout_s(outcome.plan, outcome.trajectories)
-        return self.calibration.record(len(outcome.plan.buckets), float(outcome.rollout_s), pred)
+        plan = outcome.plan
+        pred = self.hindsight_rollout_s(plan, outcome.trajectories)
+        kept = self.calibration.record(len(plan.buckets), float(outcome.rollout_s), pred)
+        one_fc, two_fc = plan.notes.get("one_bucket_model_rollout_s"), plan.notes.get("model_rollout_s")
+        if len(plan.buckets) == 2 and isinstance(one_fc, float) and isinstance(two_fc, float) and outcome.trajectories.n:
+            # did the split pay? the best one bucket on the same GPUs, in hindsight and as one
+            # bucket's measured factor says it would have run, against the split's measured rollout
+            one_hs = self._hindsight_dp(plan, outcome.trajectories, 1).best_one_bucket_s(plan.n_rollout_gpus)
+            realized = one_hs * self.calibration.factor(1) / float(outcome.rollout_s) if outcome.rollout_s > 0 else float("nan")
+            self.calibration.record_split(one_fc / two_fc if two_fc > 0 else float("nan"), realized)
+        return kept
 
     # ---- pieces --------------------------------------------------------------------------------
     def rollout_dp(self, stats: WorkloadStats) -> RolloutDP:
@@ -435,6 +473,8 @@ class Planner:
         sigma = self.options.rollout_sigma
         factors = rollout_factors(sigma)
         kind_scale = (self.calibration.factor(1), self.calibration.factor(2))
+        split_scale = self.calibration.split_scale()  # how far past splits' forecast gains overstated what they realized
+        dp_scale = (kind_scale[0], kind_scale[1] * split_scale)  # the DP compares layouts on these; reports the model's own
         # an async pipeline not yet running pays its fill: its first step overlaps nothing
         # (rollout, then training); over a run of known length that is min(rollout, train + sync)
         # spread over the steps left. Once it runs, every loop pays the last step's drain alike.
@@ -442,19 +482,46 @@ class Planner:
         amortize = self.amortize_over(len(history))
         left = None if self.options.run_steps is None or not filling else max(1, int(self.options.run_steps) - len(history))
 
+        def price(n_train: int, cfg: TrainConfig, train_time_s: float, ro: RolloutChoice) -> Candidate | None:
+            """The best allowed loop for training ``cfg`` on ``n_train`` GPUs and rollout ``ro``."""
+            corr = kind_scale[layout_kind(len(ro.layout.tps)) - 1]
+            ro_s = ro.makespan_s * corr  # the model's prediction times what past steps measured against it
+            # a two-bucket layout must win clearly against every one-bucket plan, not only those
+            # on its own GPU budget (the DP's rule): ranked with its rollout HETERO_MARGIN slower
+            # (times how far past splits' forecast gains overstated their realized ones)
+            split_margin = (1.0 + HETERO_MARGIN) * split_scale if len(ro.layout.tps) > 1 else 1.0
+            sync = weight_sync_s(self.step_costs, self.cluster, n_train, cfg, ro.instances)
+            train_s = train_time_s + fixed
+            best_c: Candidate | None = None
+            per_loop: dict[str, float] = {}
+            for mode, streaming in loops:
+                if streaming:
+                    base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches)
+                else:
+                    base = step_time(mode, ro_s, train_s, sync)
+                robust = expected_step_s(mode, streaming, ro_s * split_margin, train_s, sync, finals, self.options.mini_batches, sigma)
+                if mode == "async" and left is not None:
+                    # the pipeline's fill (``left`` above): R async steps from a standing start
+                    # take about R x max(rollout, train + sync) + min(rollout, train + sync)
+                    fill = min(ro_s, train_s + sync) / left
+                    base, robust = base + fill, robust + fill
+                per_loop[loop_name(mode, streaming)] = float(base)
+                trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances, mode)
+                st = base + trans / amortize
+                c = Candidate(n_train, cfg, train_s, ro, sync, trans, st, mode=mode, streaming=streaming, mode_step_s=per_loop,
+                              robust_s=float(robust) + trans / amortize, rollout_factor=corr)
+                if best_c is None or c.rank() < best_c.rank():
+                    best_c = c
+            return best_c
+
         def visit(grid: list[int]) -> None:
             visited.update(grid)
-            rollout = {n: dp.best(N - n, kind_scale) for n in grid}
+            rollout = {n: dp.best(N - n, dp_scale) for n in grid}
             for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
                 ro = rollout[n_train]
                 assert ro is not None
                 incumbent = state["incumbent"]  # the best rank key so far (expected step time)
-                corr = kind_scale[layout_kind(len(ro.layout.tps)) - 1]
-                ro_s = ro.makespan_s * corr  # the model's prediction times what past steps measured against it
-                # a two-bucket layout must win clearly against every one-bucket plan, not only those
-                # on its own GPU budget (the DP's rule): ranked with its rollout HETERO_MARGIN slower
-                split_margin = 1.0 + HETERO_MARGIN if len(ro.layout.tps) > 1 else 1.0
-                ro_robust = float(ro_s * factors.mean())  # the expected rollout: every loop's step is at least that
+                ro_robust = float(ro.makespan_s * kind_scale[layout_kind(len(ro.layout.tps)) - 1] * factors.mean())  # every loop's step is at least that
                 # bound: what the training stage may still take for this split to beat the incumbent
                 budget = incumbent - (0.0 if overlap else ro_robust) - fixed
                 if budget <= 0 or ro_robust >= incumbent:
@@ -465,32 +532,23 @@ class Planner:
                 if tree.best is None:
                     state["skipped"] += tree.budget_s != float("inf")
                     continue
-                sync = weight_sync_s(self.step_costs, self.cluster, n_train, tree.best, ro.instances)
-                train_s = tree.best_time_s + fixed
-                best_c: Candidate | None = None
-                per_loop: dict[str, float] = {}
-                for mode, streaming in loops:
-                    if streaming:
-                        base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches)
-                    else:
-                        base = step_time(mode, ro_s, train_s, sync)
-                    robust = expected_step_s(mode, streaming, ro_s * split_margin, train_s, sync, finals, self.options.mini_batches, sigma)
-                    if mode == "async" and left is not None:
-                        # the pipeline's fill (``left`` above): R async steps from a standing start
-                        # take about R x max(rollout, train + sync) + min(rollout, train + sync)
-                        fill = min(ro_s, train_s + sync) / left
-                        base, robust = base + fill, robust + fill
-                    per_loop[loop_name(mode, streaming)] = float(base)
-                    trans = transition_s(self.step_costs, self.cluster, current, n_train, tree.best, ro.instances, mode)
-                    st = base + trans / amortize
-                    c = Candidate(n_train, tree.best, train_s, ro, sync, trans, st, mode=mode, streaming=streaming, mode_step_s=per_loop,
-                                  robust_s=float(robust) + trans / amortize, rollout_factor=corr)
-                    if best_c is None or c.rank() < best_c.rank():
-                        best_c = c
+                best_c = price(n_train, tree.best, tree.best_time_s, ro)
                 if best_c is None:
                     continue
                 cands.append(best_c)
                 state["incumbent"] = min(incumbent, best_c.rank()[0])
+
+        # the plan in force, kept as it is (its training strategy and its instances, no
+        # transition), is always a candidate while it still fits: the tree's best strategy for
+        # the same split may differ from it by a hair, and a search that only offered that one
+        # priced "stay" as a re-shard (30B-A3B on 64 B200: 6.7 s, where moving elsewhere cost 3.9 s
+        # and was taken for a 1% forecast gain, SIMULATED)
+        kept = self._kept(current, dp, seq_max)
+        if kept is not None:
+            c = price(current.n_train_gpus, current.train, self.tree_time(current.train, tokens, seq), kept)  # type: ignore[union-attr]
+            if c is not None:
+                cands.append(c)
+                state["incumbent"] = min(float(state["incumbent"]), c.rank()[0])
 
         coarse = self.options.unit is None and coarse_unit(N, self.cluster.gpus_per_node)
         if coarse:
@@ -502,7 +560,7 @@ class Planner:
         else:
             visit(self.n_train_grid())
         if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
-            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]), fixed, kind_scale, amortize)
+            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]), fixed, kind_scale, amortize, split_scale)
             if co is not None:
                 cands.append(co)
         skipped = int(state["skipped"])
@@ -510,10 +568,40 @@ class Planner:
         if not cands:
             raise UserError(self._why_nothing_fits(stats, seq_max, last_tree))
         best = choose(cands)
+        if len(best.rollout.layout.tps) > 1:  # its forecast gain, checked after the step ran (``observe``)
+            best = replace(best, one_bucket_rollout_s=dp.best_one_bucket_s(best.rollout.n_gpus))
         return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped)
 
+    def tree_time(self, cfg: TrainConfig, tokens: int, seq: int) -> float:
+        """The training stage of ``cfg``, exactly as the decision tree times its leaves."""
+        return float(training_time_fn(self.step_costs, tokens, seq, self.options.kl)(cfg))
+
+    def _kept(self, current: Plan | None, dp: RolloutDP, seq_max: int) -> RolloutChoice | None:
+        """The in-force plan's rollout, re-predicted on the new statistics, when the plan can be
+        kept as it is: a split (not time-shared) plan whose training still fits in memory at
+        ``seq_max`` and whose layout still holds the expected contexts; else None."""
+        if current is None or current.colocated or not current.instances or not current.buckets:
+            return None
+        if current.n_train_gpus < 1 or current.n_rollout_gpus + current.n_train_gpus != self.cluster.n_gpus:
+            return None
+        if current.n_train_gpus > self.cluster.train_gpu_cap:
+            return None
+        try:
+            rep = memory_report(self.ev, current.train, seq_max)
+        except ValueError:
+            return None
+        if not bool(getattr(rep, "fits", rep)):
+            return None
+        layout = BucketLayout(tuple(b.tp for b in current.buckets),
+                              tuple(int(b.max_context) for b in current.buckets[:-1] if b.max_context is not None))
+        counts = [sum(1 for i in current.instances if i.bucket == b.index) for b in current.buckets]
+        if len(layout.bounds) != len(layout.tps) - 1 or min(counts) < 1 or not dp.feasible(layout):
+            return None
+        return dp.choice_for(layout, counts, current.instances, current.buckets, current.n_rollout_gpus)
+
     def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float,
-                   fixed: float = 0.0, kind_scale: tuple[float, float] = (1.0, 1.0), amortize: float | None = None) -> Candidate | None:
+                   fixed: float = 0.0, kind_scale: tuple[float, float] = (1.0, 1.0), amortize: float | None = None,
+                   split_scale: float = 1.0) -> Candidate | None:
         """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
         all N (or on as many as the training backend can use, ``ClusterSpec.train_gpu_cap``; the
         rest wait), each GPU switching stage twice per step and the weights handed over through
@@ -523,12 +611,12 @@ class Planner:
         N = self.cluster.n_gpus
         n_train = self.cluster.train_gpu_cap
         amortize = self.options.amortize_steps if amortize is None else amortize
-        ro = dp.best(N, kind_scale)
+        ro = dp.best(N, (kind_scale[0], kind_scale[1] * split_scale))
         if ro is None:
             return None
         corr = kind_scale[layout_kind(len(ro.layout.tps)) - 1]
         ro_s = ro.makespan_s * corr
-        split_margin = 1.0 + HETERO_MARGIN if len(ro.layout.tps) > 1 else 1.0
+        split_margin = (1.0 + HETERO_MARGIN) * split_scale if len(ro.layout.tps) > 1 else 1.0
         ro_robust = float(ro_s * split_margin * rollout_factors(self.options.rollout_sigma).mean())
         if ro_robust >= incumbent:
             return None
@@ -589,6 +677,7 @@ class Planner:
             notes={
                 "planner": "libra",
                 "model_rollout_s": c.rollout.makespan_s,  # the load model's, before the measured correction
+                **({"one_bucket_model_rollout_s": float(c.one_bucket_rollout_s)} if c.one_bucket_rollout_s == c.one_bucket_rollout_s else {}),
                 "rollout_factor": c.rollout_factor,
                 **self.calibration.summary(),
                 "rollout_load_s": c.rollout.load_s,
