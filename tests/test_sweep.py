@@ -235,6 +235,8 @@ def test_tiny_sweep_end_to_end_and_cache(tmp_path: Path, capsys: pytest.CaptureF
             assert r["max_staleness"] == c["max_staleness"] and (c["max_staleness"] > 0 or "async" not in r["mode"])
     rows = list(csv.DictReader((out / "results.csv").open()))
     assert len(rows) == 4 and {r["policy"] for r in rows} == {"libra", "verl-static-uniform"}
+    # every run names its split; Libra's, which may change per step, as the splits it ran
+    assert all(r["split"] for r in rows), [(r["policy"], r["split"]) for r in rows]
     md = (out / "summary.md").read_text()
     assert "SIMULATED" in md and "swe/c8/K1/s0" in md
     assert len(list((out / "cache").glob("*.json"))) == 4 and len(list((out / "traces").glob("swe-*.jsonl.gz"))) == 1

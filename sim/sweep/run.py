@@ -86,6 +86,21 @@ def _failed(task: Task, policy: str, key: str, error: str, *, transient: bool = 
             "transient": transient, "code": task.code}
 
 
+def _splits(steps: Any, n_gpus: int) -> str | None:
+    """The rollout:training splits the steps ran, in order of first use ("16:48/28:36"; a
+    time-shared step, rollout on all ``n_gpus``, as "64 colocated"), for a policy whose plan notes
+    carry no fixed split (Libra re-plans every step)."""
+    seen: list[str] = []
+    for s in steps:
+        r, t = getattr(s, "n_rollout_gpus", None), getattr(s, "n_train_gpus", None)
+        if r is None or t is None:
+            return None
+        key = f"{r} colocated" if r == n_gpus and t >= 1 else f"{r}:{t}"
+        if key not in seen:
+            seen.append(key)
+    return "/".join(seen) or None
+
+
 def _result_record(task: Task, policy: str, key: str, res: Any, elapsed: float) -> dict[str, Any]:
     steps = res.steps
     bad = [s.step for s in steps if s.completed != s.n_traj]
@@ -97,7 +112,7 @@ def _result_record(task: Task, policy: str, key: str, res: Any, elapsed: float) 
         "wall_s": res.wall_s, "completed": res.completed, "expected": res.expected, "all_completed": not bad,
         "mean_rollout_makespan_s": sum(s.rollout_makespan_s for s in steps) / len(steps) if steps else 0.0,
         "mean_train_s": sum(s.train_s for s in steps) / len(steps) if steps else 0.0,
-        "split": res.notes.get("split"), "rollout_tps": res.notes.get("rollout_tps"), "host_s": elapsed,
+        "split": res.notes.get("split") or _splits(steps, task.config.cluster.gpus), "rollout_tps": res.notes.get("rollout_tps"), "host_s": elapsed,
     }
     if bad:
         rec.update(status="failed", error=f"{INCOMPLETE}: steps {bad[:5]} did not complete every trajectory exactly once "
