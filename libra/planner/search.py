@@ -249,18 +249,18 @@ LOOP_ORDER = {"sync": 0, "sync+streaming": 1, "async": 2}
 TIE_TOLERANCE = 0.02
 
 
-#: Async near-ties: paces (``max(rollout, train + sync)``) within this fraction of each other are
-#: the same pace to ``choose`` (below what the training and sync predictions resolve).
+#: Async near-ties: training chains within this fraction of the best candidate's count as the same
+#: chain to ``choose`` (below what the training and sync predictions resolve).
 PACE_RESOLUTION = 0.01
 
 
 def choose(cands: Sequence[Candidate]) -> Candidate:
     """The candidate to run: the best rank; among those within ``TIE_TOLERANCE`` of its expected
-    step, the least staleness, then no idle rollout GPUs. Then, for async plans, among those whose
-    pace ``max(rollout, train + sync)`` is within ``PACE_RESOLUTION`` of the fastest: a plan whose
-    training chain sets the pace before one whose rollout does; training-bound, the one with the
-    shortest rollout (the most headroom under the chain); rollout-bound, the one with the most
-    rollout GPUs. For sync plans, the most training GPUs.
+    step, the least staleness, then no idle rollout GPUs. Then sync plans take the most training
+    GPUs; async plans hedge on the rollout, among the near ones that the same stage bounds as the
+    best-ranked one: training-bound, those whose chain ``train + sync`` is within
+    ``PACE_RESOLUTION`` of its chain, the one with the shortest rollout (the most headroom under
+    the chain); rollout-bound, the one with the most rollout GPUs.
 
     Why: in ``max(rollout, train + sync)`` the training chain is the predictable part and the
     rollout the uncertain one. The old tie-break, more training GPUs, gave training 48 of 64 B200s
@@ -268,10 +268,12 @@ def choose(cands: Sequence[Candidate]) -> Candidate:
     rollout GPUs then set the pace in the steps whose tail ran six times the forecast
     (search-drift, 30B-A3B, K=1, 23.1 s per step against 22.3 s for a fixed 28:36, SIMULATED).
     Before that, the same rule gave training 36 of 72 GB200s for 0.6 s of training while the
-    rollout set the pace (a fixed 60:12 replayed 7% faster). Two other keys were tried and
-    rejected: the expected step under twice the rollout uncertainty still rewards a shorter chain
-    where the rollout is the longer stage (14:18 over 16:16 on 32 H100s, 46.5 s against 45.0 s per
-    step), and ``rollout / chain`` alone prefers a longer chain at an equal rollout."""
+    rollout set the pace (a fixed 60:12 replayed 7% faster). Rejected: the expected step under
+    twice the rollout uncertainty (it still rewards a shorter chain where the rollout is the
+    longer stage: 14:18 over 16:16 on 32 H100s, 46.5 s against 45.0 s per step); ``rollout /
+    chain`` alone (it prefers a longer chain at an equal rollout); filtering the near ones by their
+    deterministic pace ``max(rollout, chain)`` (it overrode the expected step that prices the
+    cliff: a rollout-bound 24:24 over a training-bound 28:20 on the bundled Search-R1 trace)."""
     best = min(cands, key=Candidate.rank)
     top = best.rank()[0]
     near = [c for c in cands if c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)]
@@ -279,18 +281,16 @@ def choose(cands: Sequence[Candidate]) -> Candidate:
     near = [c for c in near if (LOOP_ORDER[c.loop], c.idle_rollout_gpus) == first]
     if near[0].mode != "async":
         return min(near, key=lambda c: (-c.n_train, c.rank()))
+    lead = min(near, key=Candidate.rank)
 
-    def pace(c: Candidate) -> float:
-        return max(c.rollout_s, c.train_s + c.sync_s)
+    def chain(c: Candidate) -> float:
+        return c.train_s + c.sync_s
 
-    fastest = min(pace(c) for c in near)
-    same = [c for c in near if pace(c) <= fastest * (1.0 + PACE_RESOLUTION)]
-
-    def hedge(c: Candidate) -> tuple[bool, float, int]:
-        rollout_bound = c.rollout_s >= c.train_s + c.sync_s
-        return (rollout_bound, -float(c.rollout.n_gpus) if rollout_bound else c.rollout_s, -c.n_train)
-
-    return min(same, key=lambda c: (hedge(c), c.rank()))
+    if lead.rollout_s >= chain(lead):  # rollout-bound: the spare GPUs roll out
+        same = [c for c in near if c.rollout_s >= chain(c)]
+        return min(same, key=lambda c: (-c.rollout.n_gpus, c.rank()))
+    same = [c for c in near if c.rollout_s < chain(c) and chain(c) <= chain(lead) * (1.0 + PACE_RESOLUTION)]
+    return min(same, key=lambda c: (c.rollout_s, -c.n_train, c.rank()))
 
 
 def loop_name(mode: str, streaming: bool) -> str:
