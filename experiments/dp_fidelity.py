@@ -11,9 +11,18 @@ the median, the mean absolute error and the spread (standard deviation of the lo
 of them. The spread is what ranks layouts wrongly (the median is corrected by the planner's
 measured feedback, ``libra.planner.feedback``). Every number is SIMULATED or PREDICTED.
 
-Measured in session 5 (93 layouts, 2 cores, ~1 min): before the DP priced the tail's own batch
-(commit 373b7e5) median 1.046, mean absolute error 6.8%, log-sd 0.069, worst 1.306 (math on 64
-B200, Qwen3-30B-A3B, TP1 x 64); with it median 1.036, 5.4%, 0.049, worst 1.236.
+Measured in session 5 (117 layouts of six workloads x clusters, 2 cores, ~1.5 min; the old code
+run with this script copied into a checkout of it):
+
+| DP load model | median | mean abs. error | log-sd | range |
+| --- | ---: | ---: | ---: | ---: |
+| commit 373b7e5 (the tail at the average instance's batch) | 1.061 | 10.2% | 0.100 | 0.882..1.468 |
+| + the tail's own instance's batch | 1.054 | 9.3% | 0.093 | 0.921..1.468 |
+| + the others' prefill in the tail's iterations (current) | 1.031 | 7.2% | 0.079 | 0.886..1.421 |
+
+The residual is largest where the critical path binds on a loaded instance (Search-R1 steps 14
+and 20 on 48 A800: 1.1-1.4x, more with fewer instances): the critical trajectory's turns queue
+behind full batches, which the DP's ``max(load, critical path)`` does not charge.
 """
 
 from __future__ import annotations
@@ -65,6 +74,8 @@ CASES = (
     Case("search-drift", "search", 12, 256, 8, 1, {"max_context": 8192, "drift": 0.1}, 64, "b200", "qwen3-30b-a3b", (2, 4)),
     Case("swe", "swe", 5, 256, 8, 0, {"max_context": 32768}, 32, "h100", "qwen3-14b", (1,)),
     Case("math-long-large", "math", 5, 512, 8, 0, {"max_context": 32768}, 64, "h100", "qwen3-32b", (1,)),
+    # the bundled Search-R1 trace's generator and seed (traces/README.md), two steps whose critical path binds
+    Case("search-r1", "search", 21, 1280, 5, 0, {}, 48, "a800", "qwen3-8b", (14, 20)),
 )
 
 

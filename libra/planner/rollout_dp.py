@@ -25,7 +25,10 @@ bucket's context range, the decode tokens ``T``, their KV-context sum ``S``, the
   its instance runs the tail plus its share of the others' tokens, so
   ``B_tail = clip(1 + (T - tail) / (m * tail), 1, Bcap)`` (the average instance's ``B`` left the
   tail's own tokens out of that share: where the tail was most of an instance's work it decoded
-  alone, and more instances stopped helping long before they did in replay).
+  alone, and more instances stopped helping long before they did in replay); ``f`` is the part of
+  its life it decodes (not in tool calls), and the same part of the others' prefill on its
+  instance, ``f (P - tail_P) prefill_per_token(t) / m``, runs in its iterations too (chunked
+  prefill; Search-R1's retrieved passages make that most of the work).
 
 The rollout makespan of counts ``m`` is
 
@@ -221,7 +224,9 @@ class RolloutDP:
         decode = tail * iteration_s(b_tail)
         share = decode / np.maximum(decode + tool, 1e-12)
         b_tail = np.clip(1.0 + share * others, 1.0, bcap)
-        return iters * iteration_s(B) + P * ppt / m, tail * iteration_s(b_tail) + tail_p * ppt
+        # and the others' prefill chunks run in the iterations it decodes in (chunked prefill)
+        others_prefill = np.maximum(P - tail_p, 0.0) * ppt / m[None, :]
+        return iters * iteration_s(B) + P * ppt / m, tail * iteration_s(b_tail) + tail_p * ppt + share * others_prefill
 
     def curves(self, layout: BucketLayout, M: Sequence[int]) -> _Curves:
         """Running-minimum ``load_b`` and ``tail_b`` for m = 1..M[b]."""
