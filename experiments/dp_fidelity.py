@@ -21,8 +21,9 @@ run with this script copied into a checkout of it):
 | + the others' prefill in the tail's iterations (current) | 1.031 | 7.2% | 0.079 | 0.886..1.421 |
 
 The residual is largest where the critical path binds on a loaded instance (Search-R1 steps 14
-and 20 on 48 A800: 1.1-1.4x, more with fewer instances): the critical trajectory's turns queue
-behind full batches, which the DP's ``max(load, critical path)`` does not charge.
+and 20 on 48 A800: 1.1-1.4x, more with fewer instances); the likely cause, not verified, is that
+the critical trajectory's turns wait behind busy batches at each return from a tool, which the
+DP's ``max(load, critical path)`` does not charge.
 """
 
 from __future__ import annotations
