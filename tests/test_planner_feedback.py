@@ -9,6 +9,7 @@ from libra.cluster import ClusterSpec
 from libra.planner.feedback import FACTOR_MAX, RolloutCalibration, StepOutcome
 from libra.planner.plan import Bucket, RolloutInstance
 from libra.planner.search import Planner, SearchOptions
+from libra.planner.stats import compute_stats
 from libra.trace.workload import generate_steps
 
 
@@ -75,7 +76,7 @@ def test_a_split_that_did_not_pay_must_forecast_more_next_time() -> None:
     insts = tuple(RolloutInstance(i, tp_lo if i else tp_hi, 0 if i else 1, node=0, first_gpu=0) for i in range(3))
     split = replace(plan, buckets=(Bucket(0, tp_lo, 0, 2048), Bucket(1, tp_hi, 2048, None)), instances=insts,
                     notes={**plan.notes, "model_rollout_s": 10.0, "one_bucket_model_rollout_s": 12.0})
-    one_hs = planner._hindsight_dp(split, steps[1], 1).best_one_bucket_s(split.n_rollout_gpus)
+    one_hs = planner._hindsight_dp(split, compute_stats([steps[1]], steps[1].prompt_tokens, window=1), 1).best_one_bucket_s(split.n_rollout_gpus)
     # ... measured as slow as one bucket would have been: it realized no gain
     planner.observe(StepOutcome(1, split, steps[1], one_hs * planner.calibration.factor(1)))
     assert planner.calibration.split_scale() == pytest.approx(1.2, rel=0.05)

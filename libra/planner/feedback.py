@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from libra.planner.plan import Plan
+from libra.planner.rollout_dp import HETERO_MARGIN
 from libra.trace.columnar import StepArrays
 
 #: How many recent ratios per layout kind the median is taken over.
@@ -64,6 +65,32 @@ class StepOutcome:
 def layout_kind(n_buckets: int) -> int:
     """The calibration class of a layout: 1 (one bucket) or 2 (two buckets)."""
     return 1 if n_buckets <= 1 else 2
+
+
+@dataclass(frozen=True)
+class RolloutCorrection:
+    """What past steps say of the load model's rollouts, fixed for one search: the measured
+    factor per layout kind and how far splits' forecast gains overstated what they realized
+    (``RolloutCalibration.correction``). One object, so the outer loop, the time-shared candidate
+    and the DP apply the same correction and the same two-bucket margin."""
+
+    one_bucket: float = 1.0
+    two_buckets: float = 1.0
+    split_scale: float = 1.0
+
+    def factor(self, n_buckets: int) -> float:
+        """The multiplier on a predicted rollout of a layout of ``n_buckets`` buckets."""
+        return self.one_bucket if layout_kind(n_buckets) == 1 else self.two_buckets
+
+    def margin(self, n_buckets: int) -> float:
+        """How much slower a layout's rollout is ranked: a two-bucket one must win by
+        ``HETERO_MARGIN`` times ``split_scale`` against every one-bucket plan; one bucket: 1."""
+        return (1.0 + HETERO_MARGIN) * self.split_scale if layout_kind(n_buckets) == 2 else 1.0
+
+    @property
+    def dp_scale(self) -> tuple[float, float]:
+        """The per-kind scales ``RolloutDP.best`` compares layouts on (it adds ``HETERO_MARGIN``)."""
+        return (self.one_bucket, self.two_buckets * self.split_scale)
 
 
 class RolloutCalibration:
@@ -108,6 +135,10 @@ class RolloutCalibration:
         if not self._split_shortfalls:
             return 1.0
         return float(np.clip(np.median(np.asarray(self._split_shortfalls)), 1.0, FACTOR_MAX))
+
+    def correction(self) -> RolloutCorrection:
+        """The factors and the split scale as they stand, for one search."""
+        return RolloutCorrection(self.factor(1), self.factor(2), self.split_scale())
 
     def summary(self) -> dict[str, float | int]:
         """The current factors and how many ratios back them (for plan notes and reports)."""

@@ -23,7 +23,7 @@ bucket's context range, the decode tokens ``T``, their KV-context sum ``S``, the
 * the tail spends ``tail_b(m) = tail * iter(B_tail) + tail_P * prefill_per_token(t)`` in it: it
   shares its instance's batches, so its tokens cost that batch's iteration time, not batch 1's;
   its instance runs the tail plus its share of the others' tokens, so
-  ``B_tail = clip(1 + (T - tail) / (m * tail), 1, Bcap)`` (the average instance's ``B`` left the
+  ``B_tail = clip(1 + f (T - tail) / (m * tail), 1, Bcap)`` (the average instance's ``B`` left the
   tail's own tokens out of that share: where the tail was most of an instance's work it decoded
   alone, and more instances stopped helping long before they did in replay); ``f`` is the part of
   its life it decodes (not in tool calls), and the same part of the others' prefill on its
@@ -57,7 +57,7 @@ import numpy as np
 
 from libra.planner.costs import DecodeTable
 from libra.planner.packing import place
-from libra.planner.plan import Bucket, RolloutInstance
+from libra.planner.plan import Bucket, Plan, RolloutInstance
 from libra.planner.stats import WorkloadStats
 
 DEFAULT_MAX_BUCKETS = 2
@@ -76,6 +76,13 @@ class BucketLayout:
 
     tps: tuple[int, ...]
     bounds: tuple[int, ...]
+
+
+def plan_layout(plan: Plan) -> tuple[BucketLayout, list[int]]:
+    """A plan's rollout as the DP sees it: its layout (TP per bucket, interior bounds) and the
+    instance count per bucket."""
+    layout = BucketLayout(tuple(b.tp for b in plan.buckets), tuple(int(b.max_context) for b in plan.buckets[:-1] if b.max_context is not None))
+    return layout, [sum(1 for i in plan.instances if i.bucket == b.index) for b in plan.buckets]
 
 
 @dataclass(frozen=True)

@@ -80,9 +80,9 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, valid_tp_degrees
 from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line, training_time_fn
-from libra.planner.feedback import RolloutCalibration, StepOutcome, layout_kind
+from libra.planner.feedback import RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
-from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, HETERO_MARGIN, BucketLayout, RolloutChoice, RolloutDP
+from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, RolloutChoice, RolloutDP, plan_layout
 from libra.planner.stats import PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
@@ -368,36 +368,36 @@ class Planner:
         return float(max(1, min(self.options.amortize_steps, int(self.options.run_steps) - done)))
 
     # ---- feedback from steps run -------------------------------------------------------------
-    def _hindsight_dp(self, plan: Plan, step: StepArrays, max_buckets: int) -> RolloutDP:
-        stats = compute_stats([step], step.prompt_tokens, window=1)
+    def _hindsight_dp(self, plan: Plan, stats: WorkloadStats, max_buckets: int) -> RolloutDP:
         return RolloutDP(stats, self.table, self.cluster.gpus_per_node, plan.n_rollout_gpus, self.tps, max_buckets, self.nvlink_domain)
 
-    def hindsight_rollout_s(self, plan: Plan, step: StepArrays) -> float:
+    def hindsight_rollout_s(self, plan: Plan, step: StepArrays, stats: WorkloadStats | None = None) -> float:
         """What the load model predicts for ``plan``'s rollout layout fed ``step``'s own
-        trajectories (hindsight): compared with the measured time, it isolates the model's error
-        from the step's own length (``libra.planner.feedback``). NaN when the layout cannot be
-        evaluated (no instance in a bucket)."""
+        trajectories (hindsight; ``stats``: their statistics, when already computed): compared
+        with the measured time, it isolates the model's error from the step's own length
+        (``libra.planner.feedback``). NaN when the layout cannot be evaluated (no instance in a
+        bucket)."""
         if not plan.buckets or not plan.instances or not step.n:
             return float("nan")
-        dp = self._hindsight_dp(plan, step, max(1, len(plan.buckets)))
-        counts = [sum(1 for i in plan.instances if i.bucket == b.index) for b in plan.buckets]
+        layout, counts = plan_layout(plan)
         if min(counts) < 1:
             return float("nan")
-        layout = BucketLayout(tuple(b.tp for b in plan.buckets), tuple(int(b.max_context) for b in plan.buckets[:-1] if b.max_context is not None))
-        return float(dp.evaluate(layout, counts)[0])
+        stats = stats if stats is not None else compute_stats([step], step.prompt_tokens, window=1)
+        return float(self._hindsight_dp(plan, stats, max(1, len(plan.buckets))).evaluate(layout, counts)[0])
 
     def observe(self, outcome: StepOutcome) -> float | None:
         """Learn from a step the backend ran: its measured rollout over the hindsight prediction,
         kept per layout kind; later searches scale their rollout predictions by it. Returns the
         ratio kept (None: unusable, e.g. no rollout measured)."""
-        plan = outcome.plan
-        pred = self.hindsight_rollout_s(plan, outcome.trajectories)
+        plan, step = outcome.plan, outcome.trajectories
+        stats = compute_stats([step], step.prompt_tokens, window=1) if step.n else None
+        pred = self.hindsight_rollout_s(plan, step, stats)
         kept = self.calibration.record(len(plan.buckets), float(outcome.rollout_s), pred)
         one_fc, two_fc = plan.notes.get("one_bucket_model_rollout_s"), plan.notes.get("model_rollout_s")
-        if len(plan.buckets) == 2 and isinstance(one_fc, float) and isinstance(two_fc, float) and outcome.trajectories.n:
+        if len(plan.buckets) == 2 and isinstance(one_fc, float) and isinstance(two_fc, float) and stats is not None:
             # did the split pay? the best one bucket on the same GPUs, in hindsight and as one
             # bucket's measured factor says it would have run, against the split's measured rollout
-            one_hs = self._hindsight_dp(plan, outcome.trajectories, 1).best_one_bucket_s(plan.n_rollout_gpus)
+            one_hs = self._hindsight_dp(plan, stats, 1).best_one_bucket_s(plan.n_rollout_gpus)
             realized = one_hs * self.calibration.factor(1) / float(outcome.rollout_s) if outcome.rollout_s > 0 else float("nan")
             self.calibration.record_split(one_fc / two_fc if two_fc > 0 else float("nan"), realized)
         return kept
@@ -472,9 +472,7 @@ class Planner:
         finals = stats.final_context
         sigma = self.options.rollout_sigma
         factors = rollout_factors(sigma)
-        kind_scale = (self.calibration.factor(1), self.calibration.factor(2))
-        split_scale = self.calibration.split_scale()  # how far past splits' forecast gains overstated what they realized
-        dp_scale = (kind_scale[0], kind_scale[1] * split_scale)  # the DP compares layouts on these; reports the model's own
+        correction = self.calibration.correction()  # measured factors per layout kind; how far splits' gains were overstated
         # an async pipeline not yet running pays its fill: its first step overlaps nothing
         # (rollout, then training); over a run of known length that is min(rollout, train + sync)
         # spread over the steps left. Once it runs, every loop pays the last step's drain alike.
@@ -484,12 +482,11 @@ class Planner:
 
         def price(n_train: int, cfg: TrainConfig, train_time_s: float, ro: RolloutChoice) -> Candidate | None:
             """The best allowed loop for training ``cfg`` on ``n_train`` GPUs and rollout ``ro``."""
-            corr = kind_scale[layout_kind(len(ro.layout.tps)) - 1]
+            corr = correction.factor(len(ro.layout.tps))
             ro_s = ro.makespan_s * corr  # the model's prediction times what past steps measured against it
             # a two-bucket layout must win clearly against every one-bucket plan, not only those
-            # on its own GPU budget (the DP's rule): ranked with its rollout HETERO_MARGIN slower
-            # (times how far past splits' forecast gains overstated their realized ones)
-            split_margin = (1.0 + HETERO_MARGIN) * split_scale if len(ro.layout.tps) > 1 else 1.0
+            # on its own GPU budget (the DP's rule): ranked with its rollout that much slower
+            split_margin = correction.margin(len(ro.layout.tps))
             sync = weight_sync_s(self.step_costs, self.cluster, n_train, cfg, ro.instances)
             train_s = train_time_s + fixed
             best_c: Candidate | None = None
@@ -516,12 +513,12 @@ class Planner:
 
         def visit(grid: list[int]) -> None:
             visited.update(grid)
-            rollout = {n: dp.best(N - n, dp_scale) for n in grid}
+            rollout = {n: dp.best(N - n, correction.dp_scale) for n in grid}
             for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
                 ro = rollout[n_train]
                 assert ro is not None
                 incumbent = state["incumbent"]  # the best rank key so far (expected step time)
-                ro_robust = float(ro.makespan_s * kind_scale[layout_kind(len(ro.layout.tps)) - 1] * factors.mean())  # every loop's step is at least that
+                ro_robust = float(ro.makespan_s * correction.factor(len(ro.layout.tps)) * factors.mean())  # every loop's step is at least that
                 # bound: what the training stage may still take for this split to beat the incumbent
                 budget = incumbent - (0.0 if overlap else ro_robust) - fixed
                 if budget <= 0 or ro_robust >= incumbent:
@@ -560,7 +557,7 @@ class Planner:
         else:
             visit(self.n_train_grid())
         if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
-            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]), fixed, kind_scale, amortize, split_scale)
+            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]), fixed, correction, amortize)
             if co is not None:
                 cands.append(co)
         skipped = int(state["skipped"])
@@ -592,16 +589,13 @@ class Planner:
             return None
         if not bool(getattr(rep, "fits", rep)):
             return None
-        layout = BucketLayout(tuple(b.tp for b in current.buckets),
-                              tuple(int(b.max_context) for b in current.buckets[:-1] if b.max_context is not None))
-        counts = [sum(1 for i in current.instances if i.bucket == b.index) for b in current.buckets]
+        layout, counts = plan_layout(current)
         if len(layout.bounds) != len(layout.tps) - 1 or min(counts) < 1 or not dp.feasible(layout):
             return None
         return dp.choice_for(layout, counts, current.instances, current.buckets, current.n_rollout_gpus)
 
     def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float,
-                   fixed: float = 0.0, kind_scale: tuple[float, float] = (1.0, 1.0), amortize: float | None = None,
-                   split_scale: float = 1.0) -> Candidate | None:
+                   fixed: float = 0.0, correction: RolloutCorrection | None = None, amortize: float | None = None) -> Candidate | None:
         """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
         all N (or on as many as the training backend can use, ``ClusterSpec.train_gpu_cap``; the
         rest wait), each GPU switching stage twice per step and the weights handed over through
@@ -611,13 +605,13 @@ class Planner:
         N = self.cluster.n_gpus
         n_train = self.cluster.train_gpu_cap
         amortize = self.options.amortize_steps if amortize is None else amortize
-        ro = dp.best(N, (kind_scale[0], kind_scale[1] * split_scale))
+        correction = correction or RolloutCorrection()
+        ro = dp.best(N, correction.dp_scale)
         if ro is None:
             return None
-        corr = kind_scale[layout_kind(len(ro.layout.tps)) - 1]
+        corr = correction.factor(len(ro.layout.tps))
         ro_s = ro.makespan_s * corr
-        split_margin = (1.0 + HETERO_MARGIN) * split_scale if len(ro.layout.tps) > 1 else 1.0
-        ro_robust = float(ro_s * split_margin * rollout_factors(self.options.rollout_sigma).mean())
+        ro_robust = float(ro_s * correction.margin(len(ro.layout.tps)) * rollout_factors(self.options.rollout_sigma).mean())
         if ro_robust >= incumbent:
             return None
         tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=incumbent - ro_robust - fixed)
