@@ -200,7 +200,7 @@ def test_a_run_that_lost_trajectories_is_failed() -> None:
     from sim.metrics import RunResult
 
     step = types.SimpleNamespace(step=0, n_traj=16, completed=15, rollout_makespan_s=1.0, train_s=1.0, step_s=2.0,
-                                 gen_tokens=100, trained_tokens=100)
+                                 gen_tokens=100, trained_tokens=100, n_rollout_gpus=4, n_train_gpus=4)
     res = RunResult(policy="libra", mode="sync", steps=[step], wall_s=2.0)  # type: ignore[list-item]
     cfg = parse_grid(_grid(), "a.yaml").configurations[0]
     rec = _result_record(Task(cfg, (("libra", "h"),), TRACE, None, "k"), "libra", "h", res, 0.1)

@@ -92,10 +92,7 @@ def _splits(steps: Any, n_gpus: int) -> str | None:
     carry no fixed split (Libra re-plans every step)."""
     seen: list[str] = []
     for s in steps:
-        r, t = getattr(s, "n_rollout_gpus", None), getattr(s, "n_train_gpus", None)
-        if r is None or t is None:
-            return None
-        key = f"{r} colocated" if r == n_gpus and t >= 1 else f"{r}:{t}"
+        key = f"{s.n_rollout_gpus} colocated" if s.n_rollout_gpus == n_gpus else f"{s.n_rollout_gpus}:{s.n_train_gpus}"
         if key not in seen:
             seen.append(key)
     return "/".join(seen) or None
