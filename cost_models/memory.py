@@ -103,6 +103,34 @@ def tp_degrees(model: ModelSpec, nvlink_domain: int, rollout: bool = False) -> l
     return [t for t in range(1, top + 1) if tp_rule(model, t, nvlink_domain, rollout) is None]
 
 
+def pp_rule(model: ModelSpec, pp: int) -> str | None:
+    """Why ``pp`` pipeline stages cannot split ``model``'s blocks, or None.
+
+    Megatron does not need ``pp`` to divide the layer count: uneven stages are configured with
+    ``--decoder-first-pipeline-num-layers`` / ``--decoder-last-pipeline-num-layers`` (e.g.
+    Qwen3-235B-A22B's 94 layers on PP 8 as 11 + 6 x 12 + 11). The heaviest stage then holds
+    ``ceil(L / pp)`` blocks, which is what time and memory are charged for; a stage must hold at
+    least one block."""
+    if pp > model.n_layers:
+        return f"pp={pp} exceeds the {model.n_layers} layers of {model.name} (each stage needs a layer)"
+    return None
+
+
+def pp_degrees(model: ModelSpec, limit: int | None = None) -> list[int]:
+    """PP degrees worth enumerating, ascending: the divisors of the layer count (even stages) and
+    the powers of two (the layouts published runs use, uneven when they do not divide ``L``),
+    up to ``limit`` (default: the layer count)."""
+    top = model.n_layers if limit is None else min(limit, model.n_layers)
+    divs = {d for d in range(1, top + 1) if model.n_layers % d == 0}
+    pows = {1 << k for k in range(0, 12) if (1 << k) <= top}
+    return sorted(divs | pows)
+
+
+def stage_layers(model: ModelSpec, pp: int) -> int:
+    """Blocks on the heaviest pipeline stage (``pp_rule``: uneven stages allowed)."""
+    return math.ceil(model.n_layers / pp)
+
+
 def check_tp(model: ModelSpec, tp: int, gpu: GPUSpec | None = None, rollout: bool = False) -> None:
     """Raise ``CostModelError`` naming the valid degrees when ``tp`` breaks ``tp_rule`` on
     ``gpu``'s NVLink domain; without ``gpu`` only the sharding part (heads, KV heads) is checked
@@ -206,7 +234,7 @@ def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float,
 
 def params_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1) -> ShardParams:
     """Parameters on one GPU of the heaviest pipeline stage (see module docstring)."""
-    layers = math.ceil(model.n_layers / pp)
+    layers = stage_layers(model, pp)
     d, e = layer_params_per_gpu(model, tp, ep)
     vocab_shard = model.vocab * model.hidden / tp
     if pp == 1:
@@ -336,7 +364,7 @@ def _describe(s: "TrainStrategy") -> str:
 def _valid_for(g: GPUSpec, m: ModelSpec, s: "TrainStrategy") -> bool:
     return (
         tp_rule(m, s.tp, g.nvlink_domain) is None
-        and m.n_layers % s.pp == 0
+        and pp_rule(m, s.pp) is None
         and ep_rule(m, s.tp, s.dp, s.ep) is None
     )
 
@@ -380,7 +408,7 @@ def _train_suggestions(g: GPUSpec, m: ModelSpec, s: "TrainStrategy", seq_len: in
 
 def _smallest_fitting(g: GPUSpec, m: ModelSpec, s: "TrainStrategy", seq_len: int) -> "TrainStrategy | None":
     tps = tp_degrees(m, g.nvlink_domain)
-    pps = [p for p in range(1, m.n_layers + 1) if m.n_layers % p == 0]
+    pps = pp_degrees(m)
     n = 1
     while n <= 4096:
         for tp in reversed(tps):

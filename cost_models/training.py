@@ -34,6 +34,9 @@ from cost_models.memory import (
     kv_heads_per_gpu,
     layer_params_per_gpu,
     params_per_gpu,
+    pp_degrees,
+    pp_rule,
+    stage_layers,
     tp_degrees,
     tp_rule,
     valid_eps,
@@ -47,10 +50,6 @@ OPT_STEP_BYTES = 28.0  # Adam: read+write fp32 master, m, v (24) + read grad (2)
 STEP_OVERHEAD_S = 0.02  # per optimizer step: grad-norm/clip, scheduler, framework bookkeeping
 MICROBATCH_OVERHEAD_S = 1e-3  # per micro-batch: Python/launch overhead of DeepSpeed/Megatron loops
 OPERATOR_HEAD_DIM = 128  # the operator set's attention is for head_dim 128; other head dims scale heads
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def validate_strategy(s: TrainStrategy, model: ModelSpec, gpu: GPUSpec, n_gpus: int | None = None) -> None:
@@ -75,11 +74,9 @@ def validate_strategy(s: TrainStrategy, model: ModelSpec, gpu: GPUSpec, n_gpus: 
             f"tp={s.tp} is invalid for {model.name} on {gpu.name} ({why}; {model.n_heads} heads, "
             f"{model.n_kv_heads} KV heads, {gpu.nvlink_domain} GPUs per NVLink domain); valid tp: {ok}"
         )
-    if model.n_layers % s.pp:
-        raise CostModelError(
-            f"pp={s.pp} does not divide {model.n_layers} layers of {model.name}; "
-            f"valid pp: {', '.join(map(str, _divisors(model.n_layers)))}"
-        )
+    why = pp_rule(model, s.pp)
+    if why is not None:
+        raise CostModelError(f"{why}; valid pp: 1..{model.n_layers} (uneven stages allowed, e.g. {', '.join(map(str, pp_degrees(model)[:8]))})")
     why = ep_rule(model, s.tp, s.dp, s.ep)
     if why is not None:
         raise CostModelError(f"{why}; valid ep: {', '.join(map(str, valid_eps(model, s.tp, s.dp)))}")
@@ -172,7 +169,7 @@ def _head_times(ops: OperatorSet, model: ModelSpec, s: TrainStrategy, seq_len: i
 
 def _phases(ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, seq_len: int) -> _Phases:
     fwd_l, bwd_l, comm_l, zero_l = _layer_times(ops, gpu, model, s, seq_len)
-    layers = model.n_layers // s.pp
+    layers = stage_layers(model, s.pp)  # the heaviest stage (uneven stages allowed)
     head_f, head_b = _head_times(ops, model, s, seq_len)
     fwd_block = fwd_l + comm_l
     bwd_block = bwd_l + comm_l + (fwd_block if s.recompute else 0.0)

@@ -24,7 +24,7 @@ def ev() -> CostEvaluator:
     [
         (TS(3, 1, 1), None, r"tp=3 is invalid .* valid tp: 1, 2, 4, 8$"),
         (TS(16, 1, 1), None, r"tp=16 is invalid .*8 GPUs per NVLink domain"),
-        (TS(2, 3, 1), None, r"pp=3 does not divide 40 layers .* valid pp: 1, 2, 4, 5, 8, 10, 20, 40$"),
+        (TS(2, 41, 1), None, r"pp=41 exceeds the 40 layers of qwen3-14b .* valid pp: 1\.\.40 \(uneven stages allowed"),
         (TS(2, 1, 2, ep=2), None, r"ep=2 needs a MoE model; qwen3-14b is dense, use ep=1"),
         (TS(2, 1, 4), 16, r"tp\*pp\*dp = 2\*1\*4 = 8 but 16 GPUs were given; e.g. dp=8"),
         (TS(2, 1, 1, zero_stage=4), None, r"zero_stage must be 0, 1, 2 or 3"),
@@ -117,3 +117,14 @@ class _NoA2A(RooflineOperators):
 def test_bad_token_counts(ev: CostEvaluator) -> None:
     with pytest.raises(CostModelError, match="tokens and seq_len must be >= 1"):
         ev.train_iter_s(TS(1, 1, 1), 0, 4096)
+
+
+def test_uneven_pipeline_stages_are_priced_at_the_heaviest_stage() -> None:
+    """Megatron runs PP degrees that do not divide the layer count (Qwen3-235B-A22B's 94 layers
+    on PP 8 as 11 + 6 x 12 + 11); the heaviest stage (ceil(L / pp) blocks) sets time and memory,
+    so PP 3 on 40 layers costs what 14-block stages cost, between PP 2 (20) and PP 4 (10)."""
+    ev = CostEvaluator(gpu="h100", model="qwen3-14b")
+    t = {pp: ev.train_iter_s(TS(2, pp, 1), 65536, 4096) for pp in (2, 3, 4)}
+    assert t[4] < t[3] < t[2]
+    mem = {pp: ev.train_memory(TS(2, pp, 1, zero_stage=1), 4096).breakdown["weights"] for pp in (2, 3, 4)}
+    assert mem[4] < mem[3] < mem[2]

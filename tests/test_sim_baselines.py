@@ -123,3 +123,31 @@ def test_training_device_limit_binds_the_baselines_as_it_binds_libra(costs) -> N
     one = replace(CLUSTER, max_train_gpus=1)  # 14B does not train on one A800
     with pytest.raises(UserError, match=r"training needs (\d+) .*try --max-train-gpus \1$"):
         resolve("verl-static-uniform", one, ev=costs.ev).plan(one, (), a.prompt_tokens)
+
+
+@pytest.mark.parametrize("n_train, tp, pp, ep", [(16, 1, 2, 8), (32, 2, 1, 8)])
+def test_pinned_megatron_moe_layouts_are_accepted(n_train: int, tp: int, pp: int, ep: int) -> None:
+    """Layouts real MoE runs use (Megatron parallel folding: EP re-folds the TP x DP ranks) are
+    priced, not refused: the branch and bound of the training tree used to cut every pinned leaf
+    slower than the unpinned best, and the pin then found nothing ("no training strategy with
+    tp=1, pp=2, ep=8 fits" while listing 1x2 as fitting)."""
+    cluster = ClusterSpec(2 * n_train, "h100", "qwen3-30b-a3b")
+    moe = load_costs("h100", "qwen3-30b-a3b")
+    s = make_step(0, 64, seed=5)
+    p = resolve("verl-static-uniform", cluster, ev=moe.ev, split=(n_train, n_train), rollout_tp=2,
+                train_tp=tp, train_pp=pp, train_ep=ep).plan(cluster, (), s.prompt_tokens)
+    assert (p.train.tp, p.train.pp, p.train.ep, p.train.dp) == (tp, pp, ep, n_train // (tp * pp))
+
+
+def test_qwen3_235b_from_its_config_json_runs_tp4_pp8_ep16() -> None:
+    """Qwen3-235B-A22B (94 layers, a Hugging Face config.json) on 128 training GPUs with the
+    layout published runs use: TP 4, PP 8 (uneven stages: 94 is not a multiple of 8), EP 16."""
+    from pathlib import Path
+
+    cfg = str(Path(__file__).parent / "fixtures" / "qwen3-235b-a22b" / "config.json")
+    cluster = ClusterSpec(192, "h100", cfg)
+    big = load_costs("h100", cfg)
+    s = make_step(0, 64, seed=6)
+    p = resolve("verl-static-uniform", cluster, ev=big.ev, split=(64, 128), rollout_tp=8,
+                train_tp=4, train_pp=8, train_ep=16).plan(cluster, (), s.prompt_tokens)
+    assert (p.train.tp, p.train.pp, p.train.ep, p.train.dp) == (4, 8, 16, 4)

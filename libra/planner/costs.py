@@ -106,6 +106,14 @@ def tp_rule(model: Any, tp: int, nvlink_domain: int, rollout: bool = False) -> s
     return rule(model, tp, nvlink_domain, rollout)
 
 
+def pp_degrees(model: Any) -> list[int]:
+    """PP degrees the training tree enumerates (``cost_models.memory.pp_degrees``: the layer
+    count's divisors and the powers of two; uneven stages are allowed, as in Megatron)."""
+    from cost_models.memory import pp_degrees as _pp
+
+    return _pp(model)
+
+
 def valid_ep_degrees(model: Any, tp: int, dp: int) -> list[int]:
     """EP degrees for ``tp x dp`` ranks per pipeline stage under Megatron's MoE parallel folding
     (ETP = 1, CP = 1: EP divides ``tp * dp`` and the experts); ``[1]`` for a dense model

@@ -7,7 +7,8 @@ Levels, top to bottom (each level's choices depend only on the levels above it):
    it (the node on HGX boards; 72 GPUs on GB200 NVL72, where a group spans trays), dividing the
    attention heads, and dividing the KV heads or being a multiple of them (KV heads are then
    replicated, as the cost model does).
-2. **PP** (pipeline): divisors of the layer count with ``TP * PP`` dividing ``n``.
+2. **PP** (pipeline): ``cost_models.memory.pp_degrees`` (the layer count's divisors and the powers
+   of two; uneven stages as Megatron allows, the heaviest charged) with ``TP * PP`` dividing ``n``.
 3. **DP** = ``n / (TP * PP)``: determined, no choice.
 4. **EP** (MoE only, else 1): divides the expert count and ``TP x DP`` (Megatron's MoE parallel
    folding with ETP = 1: the MoE layers re-fold a stage's TP x DP ranks as EP x expert-DP,
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from libra.planner.costs import CostModel, nvlink_domain, tp_rule, valid_ep_degrees
+from libra.planner.costs import CostModel, nvlink_domain, pp_degrees, tp_rule, valid_ep_degrees
 from libra.planner.plan import TrainConfig
 from libra.planner.step_costs import StepCosts
 
@@ -74,10 +75,6 @@ class TreeResult:
         if mem:
             return mem[-1]
         return self.pruned[-1].reason if self.pruned else f"no strategy for {self.n_gpus} GPUs"
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _describe(tp: int, pp: int, dp: int, ep: int = 1, zero: int | None = None, mb: int | None = None, rc: bool | None = None) -> str:
@@ -129,7 +126,7 @@ def enumerate_strategies(
         if why is not None:
             res.pruned.append(Pruned(f"tp={tp}", f"rule: {why}"))
             continue
-        for pp in _divisors(model.n_layers):
+        for pp in pp_degrees(model):
             if (n_gpus // tp) % pp:
                 continue
             dp = n_gpus // (tp * pp)

@@ -78,7 +78,7 @@ import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
-from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, valid_tp_degrees
+from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, pp_degrees, valid_tp_degrees
 from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line, training_time_fn
 from libra.planner.feedback import RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
@@ -700,7 +700,7 @@ class Planner:
         biggest = max(self.n_train_grid(), default=0)
         if biggest:
             tp = max(t for t in self.tps if t <= biggest)
-            pp = max(p for p in range(1, self.ev.model.n_layers + 1) if self.ev.model.n_layers % p == 0 and tp * p <= biggest)
+            pp = max(p for p in pp_degrees(self.ev.model) if tp * p <= biggest)
             dp = max(1, biggest // (tp * pp))
             cfg = TrainConfig(tp=tp, pp=pp, dp=dp, zero_stage=3 if dp > 1 else 1, recompute=True)
             try:

@@ -119,6 +119,7 @@ class Chooser:
         res = enumerate_strategies(
             self.costs.ev, n_gpus, max(1, tokens // max(seq_len, 1)), max(seq_max, 1), self.cluster.gpus_per_node,
             training_time_fn(self.costs.step, tokens, max(seq_len, 1), self.kl), dominance=False,
+            bound=False,  # the bound would cut pinned shapes slower than the unpinned best
         )
         for t, cfg in sorted(res.ranked, key=lambda r: r[0]):
             if all(want is None or getattr(cfg, f) == want for f, want in
