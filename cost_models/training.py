@@ -49,6 +49,19 @@ ATTN_BWD_FACTOR = 2.5  # FlashAttention-2 backward / forward time (5 vs 2 matmul
 OPT_STEP_BYTES = 28.0  # Adam: read+write fp32 master, m, v (24) + read grad (2) + write bf16 weight (2)
 STEP_OVERHEAD_S = 0.02  # per optimizer step: grad-norm/clip, scheduler, framework bookkeeping
 MICROBATCH_OVERHEAD_S = 1e-3  # per micro-batch: Python/launch overhead of DeepSpeed/Megatron loops
+#: Published RL frameworks run their training passes slower than the sum of the measured kernels
+#: they are made of (log-prob and entropy work over the full vocabulary in fp32, padding and
+#: un-padding, data movement between the controller and the workers, un-overlapped FSDP/Megatron
+#: work, kernels run outside CUDA graphs): the forward and backward compute of every block and of
+#: the LM head is multiplied by this factor; collectives, the optimizer step and the per-step
+#: constants are not. Fitted by ``python -m cost_models.calibration.train_framework`` on the
+#: published stage times of RLinf/verl runs with known token counts (docs/cost-model.md,
+#: "Training passes in RL frameworks"); 1.0 prices kernels alone.
+FRAMEWORK_COMPUTE_FACTOR = 1.866
+#: Training attention (FlashAttention forward and backward over packed, causal sequences) runs
+#: slower than the inference prefill kernels the operator tables measure by this factor, on top
+#: of ``FRAMEWORK_COMPUTE_FACTOR``; fitted with it (same script). 1.0: the tables as measured.
+TRAIN_ATTENTION_FACTOR = 2.185
 OPERATOR_HEAD_DIM = 128  # the operator set's attention is for head_dim 128; other head dims scale heads
 
 
@@ -110,7 +123,7 @@ def _gemm_fwd_bwd(ops: OperatorSet, m: float, n: float, k: float) -> tuple[float
 
 
 def _layer_times(
-    ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, seq_len: int
+    ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, seq_len: int, attn_factor: float = 1.0
 ) -> tuple[float, float, float, float]:
     """(fwd, bwd, tp+ep comm per pass, ZeRO collective per pass) of one block, one micro-batch."""
     tp, ep = s.tp, s.ep
@@ -123,7 +136,7 @@ def _layer_times(
     for n, k in ((model.q_dim / tp + 2 * kvh * hd, h), (h, model.q_dim / tp)):
         f, b = _gemm_fwd_bwd(ops, m, n, k)
         fwd, bwd = fwd + f, bwd + b
-    attn = _f(ops.attn_prefill_s(s.micro_batch, seq_len, 0, model.n_heads / tp * scale, kvh * scale))
+    attn = attn_factor * _f(ops.attn_prefill_s(s.micro_batch, seq_len, 0, model.n_heads / tp * scale, kvh * scale))
     fwd += attn
     bwd += ATTN_BWD_FACTOR * attn
     elementwise = 6 * m * h * DTYPE_BYTES  # two RMSNorms (read + write) and two residual adds
@@ -167,10 +180,17 @@ def _head_times(ops: OperatorSet, model: ModelSpec, s: TrainStrategy, seq_len: i
     return f + sm + ar, b + 2 * sm
 
 
-def _phases(ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, seq_len: int) -> _Phases:
-    fwd_l, bwd_l, comm_l, zero_l = _layer_times(ops, gpu, model, s, seq_len)
+def _phases(ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, seq_len: int,
+            compute_factor: float | None = None, attn_factor: float | None = None) -> _Phases:
+    if compute_factor is None:
+        compute_factor = FRAMEWORK_COMPUTE_FACTOR
+    if attn_factor is None:
+        attn_factor = TRAIN_ATTENTION_FACTOR
+    fwd_l, bwd_l, comm_l, zero_l = _layer_times(ops, gpu, model, s, seq_len, attn_factor)
+    fwd_l, bwd_l = fwd_l * compute_factor, bwd_l * compute_factor
     layers = stage_layers(model, s.pp)  # the heaviest stage (uneven stages allowed)
     head_f, head_b = _head_times(ops, model, s, seq_len)
+    head_f, head_b = head_f * compute_factor, head_b * compute_factor
     fwd_block = fwd_l + comm_l
     bwd_block = bwd_l + comm_l + (fwd_block if s.recompute else 0.0)
     fwd = layers * fwd_block + head_f
@@ -202,13 +222,15 @@ def _p2p(ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, seq
 
 
 def train_iter_s(
-    ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, tokens: int, seq_len: int
+    ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, tokens: int, seq_len: int,
+    compute_factor: float | None = None, attn_factor: float | None = None,
 ) -> float:
     """Seconds of one optimizer step over ``tokens`` tokens packed in sequences of ``seq_len``
-    (``ceil(tokens / seq_len)`` sequences spread over DP ranks, ``micro_batch`` per micro-batch)."""
+    (``ceil(tokens / seq_len)`` sequences spread over DP ranks, ``micro_batch`` per micro-batch).
+    ``compute_factor``: the RL framework's compute slowdown (default ``FRAMEWORK_COMPUTE_FACTOR``)."""
     validate_strategy(s, model, gpu)
     n_micro = _micro_batches(s, tokens, seq_len)
-    ph = _phases(ops, gpu, model, s, seq_len)
+    ph = _phases(ops, gpu, model, s, seq_len, compute_factor, attn_factor)
     p2p = _p2p(ops, gpu, model, s, seq_len)
     per_micro = ph.fwd_zero3 + ph.bwd_zero + (2 * p2p if s.pp > 1 else 0.0) + MICROBATCH_OVERHEAD_S
     pipe = (n_micro + s.pp - 1) * per_micro
@@ -231,13 +253,14 @@ def train_iter_s(
 
 
 def forward_s(
-    ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, tokens: int, seq_len: int
+    ops: OperatorSet, gpu: GPUSpec, model: ModelSpec, s: TrainStrategy, tokens: int, seq_len: int,
+    compute_factor: float | None = None, attn_factor: float | None = None,
 ) -> float:
     """Seconds of a forward-only log-prob pass (old policy or reference model) over ``tokens``:
     the same pipeline with no backward, no gradient traffic and no optimizer step."""
     validate_strategy(s, model, gpu)
     n_micro = _micro_batches(s, tokens, seq_len)
-    ph = _phases(ops, gpu, model, s, seq_len)
+    ph = _phases(ops, gpu, model, s, seq_len, compute_factor, attn_factor)
     p2p = _p2p(ops, gpu, model, s, seq_len)
     return (n_micro + s.pp - 1) * (ph.fwd_zero3 + p2p + MICROBATCH_OVERHEAD_S)
 

@@ -75,6 +75,7 @@ class Replay:
     tool_tokens: int = 0  # per tool call
     tool_latency_s: float = 0.0
     kl: bool = False
+    mini_batches: int = 4  # optimizer steps per RL step (generated / training global batch)
     steps: int = 2
     published: dict[str, float] = field(default_factory=dict)  # stage -> seconds
     assumed: str = ""
@@ -111,6 +112,34 @@ REPLAYS: dict[int, Replay] = {
                gen_mean=10426, gen_max=27648, prompt=600, kl=True,
                published={"step": 447.36, "rollout": 325.09, "logprob": 42.32, "update": 73.01},
                assumed="GPU type not stated: H100 assumed; FSDP + Ulysses SP4 priced as ZeRO data parallelism over 64 GPUs; prompt 600"),
+}
+
+#: NeMo RL's performance summary (``nemo_rl_performance.csv``: GRPO on OpenMathInstruct-2, H100,
+#: Megatron training, vLLM generation; layouts from the named recipes). G-Average Seq len is
+#: prompt + response; a 200-token prompt is assumed (the math problem in the chat template).
+_NEMO_PROMPT = 200
+
+
+def _nemo(model: str, n: int, coloc: bool, gen_tp: int, ttp: int, tpp: int, tep: int | None, avg: int, step_s: float,
+          split: tuple[int, int] | None = None, k: int = 0, samples: int = 2048, t_gbs: int = 512, t_max: int = 4096,
+          note: str = "") -> Replay:
+    return Replay("h100", model, n, coloc, rollout_tp=gen_tp, train_tp=ttp, train_pp=tpp, train_ep=tep, split=split,
+                  max_staleness=k, samples=samples, group_size=32, gen_mean=avg - _NEMO_PROMPT, gen_max=t_max - _NEMO_PROMPT,
+                  prompt=_NEMO_PROMPT, kl=True, mini_batches=max(1, samples // t_gbs), steps=max(3, k + 3),
+                  published={"step": step_s},
+                  assumed=f"prompt {_NEMO_PROMPT} tokens; reference-model KL forward; lognormal lengths sigma 0.6 capped at T-Max" + note)
+
+
+NEMO: dict[str, Replay] = {
+    "nemo05_llama8b_on": _nemo("llama-3.1-8b", 16, True, 1, 1, 2, None, 1019, 92.8),
+    "nemo05_llama8b_1off": _nemo("llama-3.1-8b", 16, False, 1, 1, 1, None, 1123, 64.8, split=(8, 8), k=1),
+    "nemo05_qwen30b_on": _nemo("qwen3-30b-a3b", 32, True, 2, 1, 1, 8, 3196, 198.0),
+    "nemo05_qwen30b_1off": _nemo("qwen3-30b-a3b", 32, False, 2, 1, 2, 8, 3201, 154.0, split=(16, 16), k=1),
+    "nemo06_qwen30b_8off": _nemo("qwen3-30b-a3b", 192, False, 2, 1, 1, 8, 3206, 34.5, split=(64, 128), k=8),
+    "nemo05_qwen32b_on": _nemo("qwen3-32b", 32, True, 4, 4, 4, None, 3251, 376.0),
+    "nemo05_qwen32b_1off": _nemo("qwen3-32b", 64, False, 4, 4, 4, None, 3252, 200.0, split=(32, 32), k=1),
+    "nemo05_qwen235b_1off": _nemo("qwen3-235b-a22b", 256, False, 8, 4, 8, 16, 5707, 203.0, split=(128, 128), k=1,
+                                  samples=512, t_gbs=512, t_max=8192),
 }
 
 #: Rows that do not replay, and why (each read from the row and its SOURCES entry).
@@ -154,11 +183,15 @@ def synthetic_step(r: Replay, step: int, seed: int) -> StepArrays:
 def replay_row(r: Replay, seed: int = 0) -> dict[str, float]:
     """Predicted seconds per published stage (steady state: the first step dropped when more
     than one ran)."""
-    cluster = ClusterSpec(r.n_gpus, r.gpu, r.model_arg())
+    # the run's declared limits, as a trace header would give them: without them a baseline's
+    # memory check assumes 64K-token sequences and picks ZeRO-3 + recompute for layouts the run
+    # ran without (Qwen3-32B TP4 PP4: 170 s instead of 71 s of update)
+    cluster = ClusterSpec(r.n_gpus, r.gpu, r.model_arg(), max_context=r.prompt + r.gen_max,
+                          max_response_tokens=r.gen_max, max_turns=r.turns)
     costs = load_costs(r.gpu, r.model_arg())
     steps = [synthetic_step(r, s, seed) for s in range(r.steps)]
     cfg = SimConfig(noise_sigma=0.0, seed=seed, kl=0.1 if r.kl else 0.0, max_staleness=r.max_staleness,
-                    mode="async" if r.max_staleness else None)
+                    mode="async" if r.max_staleness else None, mini_batches=r.mini_batches)
     opts: dict[str, object] = dict(rollout_tp=r.rollout_tp, train_tp=r.train_tp, train_pp=r.train_pp)
     if r.train_ep:
         opts["train_ep"] = r.train_ep
@@ -166,7 +199,8 @@ def replay_row(r: Replay, seed: int = 0) -> dict[str, float]:
         res = replay_policy(steps, "verl-colocated", cluster, cfg, costs=costs, **opts)
     else:
         res = replay_policy(steps, "verl-static-uniform", cluster, cfg, costs=costs, split=r.split, **opts)
-    ms = res.steps[1:] if len(res.steps) > 1 else res.steps
+    skip = 1 + r.max_staleness  # the pipeline fills over the first K + 1 steps
+    ms = res.steps[skip:] if len(res.steps) > skip else res.steps[-1:]
     mean = lambda f: float(np.mean([getattr(m, f) for m in ms]))  # noqa: E731
     return {"step": mean("step_s"), "rollout": mean("rollout_makespan_s"), "logprob": mean("forward_s"), "update": mean("update_s")}
 
@@ -207,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     with open(DATA / "rl_runs_published.csv", newline="") as f:
         rows = {int(r["row_id"]): r for r in csv.DictReader(f)}
-    want = {int(x) for x in a.rows.split(",") if x} or set(rows)
+    picked = [x for x in a.rows.split(",") if x]
+    want = {int(x) for x in picked if x.isdigit()} or (set() if picked else set(rows))
     table: list[dict[str, object]] = []
     for rid in sorted(want):
         row = rows[rid]
@@ -221,8 +256,22 @@ def main(argv: list[str] | None = None) -> int:
             table.append({"row": rid, "system": row["system_measured"][:60], "stage": stage, "published_s": pub,
                           "predicted_s": round(pred[stage], 2), "error": pred[stage] / pub - 1, "note": r.assumed})
         print(f"row {rid}: " + ", ".join(f"{s} {pred[s]:.1f} s (published {p:.1f})" for s, p in r.published.items()), flush=True)
+    with open(DATA / "nemo_rl_performance.csv", newline="") as f:
+        nemo_rows = {r["id"]: r for r in csv.DictReader(f)}
+    for nid, r in NEMO.items():
+        if picked and nid not in picked:
+            continue
+        row = nemo_rows[nid]
+        pred = replay_row(r)
+        system = f"NeMo RL {row['release']} {row['model']} {row['policy']} {row['n_gpus']} H100"
+        table.append({"row": nid, "system": system, "stage": "step", "published_s": r.published["step"],
+                      "predicted_s": round(pred["step"], 2), "error": pred["step"] / r.published["step"] - 1,
+                      "note": r.assumed, "loop": "colocated sync" if r.colocated else f"{r.split[0]}:{r.split[1]} async K={r.max_staleness}",
+                      "rollout_s": round(pred["rollout"], 1), "train_s": round(pred["logprob"] + pred["update"], 1)})
+        print(f"{nid}: step {pred['step']:.1f} s (published {r.published['step']:.1f}); rollout {pred['rollout']:.1f}, "
+              f"log-prob {pred['logprob']:.1f}, update {pred['update']:.1f}", flush=True)
     with open(out / "rows.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(table[0]))
+        w = csv.DictWriter(f, fieldnames=list(table[0]) + ["loop", "rollout_s", "train_s"], restval="")
         w.writeheader()
         w.writerows(table)
     ratios = ratio_check()

@@ -41,7 +41,9 @@ def test_hindsight_choice_is_the_brute_force_best() -> None:
                 continue
     best = min(walls, key=lambda k: walls[k])
     assert chosen.wall_s == min(walls.values()), (chosen.notes, best)
-    assert best[0] != 4  # the best split is not a whole-node one: the old search could not find it
+    # (the old search tried whole-node splits only; on this trace the best was 5:3 until training
+    # was priced as RL frameworks run it (issue 17), which made the whole-node 4:4 best: the
+    # brute-force equality above is what guards the search)
     assert "hindsight" in str(chosen.notes["chosen_by"]) and chosen.mode == "async"
 
 

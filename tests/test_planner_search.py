@@ -272,14 +272,16 @@ def test_no_training_limit_leaves_the_plans_unchanged(ev: CostEvaluator) -> None
     steady state, instead of max(rollout, train) + sync: 12:4 at 107.44 s -> 13:3 at 106.26 s).
     Re-pinned for the tail's batch and the others' prefill in its iterations (the tail's instance
     also runs its share of the others' tokens while the tail decodes): sync 112.19 -> 109.98 s,
-    same plan; async 13:3 at 106.26 s -> 12:4 (three TP-4 instances) at 105.42 s."""
+    same plan; async 13:3 at 106.26 s -> 12:4 (three TP-4 instances) at 105.42 s. Re-pinned for issue 17
+    (training passes priced as published RL frameworks run them, ``FRAMEWORK_COMPUTE_FACTOR`` and
+    ``TRAIN_ATTENTION_FACTOR``): sync 109.98 -> 116.90 s, same plan; async unchanged (rollout-bound)."""
     hist = make_history(2, n=64)
     cluster = ClusterSpec(16, "a800", "qwen3-8b")
     assert cluster.max_train_gpus is None and cluster.train_gpu_cap == 16
     sync = Planner(cluster, ev, SearchOptions(mode="sync", streaming=False)).plan(hist, hist[-1].prompt_tokens)
     assert sync.colocated and (sync.n_rollout_gpus, sync.n_train_gpus) == (16, 16)
     assert (sync.train.tp, sync.train.dp) == (2, 8) and [i.tp for i in sync.instances] == [8, 8]
-    assert sync.predicted_step_s == pytest.approx(109.97718471299844, rel=1e-9)
+    assert sync.predicted_step_s == pytest.approx(116.89839526434469, rel=1e-9)
     asy = Planner(cluster, ev, SearchOptions(mode="async", max_staleness=1)).plan(hist, hist[-1].prompt_tokens)
     assert (asy.n_rollout_gpus, asy.n_train_gpus, asy.train.dp) == (12, 4, 4)
     assert asy.predicted_step_s == pytest.approx(105.41780915866923, rel=1e-9)
@@ -367,11 +369,12 @@ def test_async_pipeline_fill_is_paid_over_a_known_run_length() -> None:
     # planner that ignored it gave training 4 of 32 H100s (hidden in the steady state, 108 s in
     # step 0) and lost 4% to a fixed 24:8 split (swe, Qwen3-14B, K=1, SIMULATED). Since the DP
     # prices the tail's own batch, both plan 24:8 there; on a search step, 64 H100s, the fill
-    # still moves training GPUs (8 -> 16 of 64)
+    # still moves training GPUs (8 -> 16 of 64). Since training is priced as RL frameworks run it
+    # (issue 17), Qwen3-14B already gives training 16 without the fill; Qwen3-8B shows it (8 -> 16)
     from libra.trace.workload import generate_steps
 
     steps = list(generate_steps("search", 2, 128, 8, 0, max_context=8192))
-    cl = ClusterSpec(64, "h100", "qwen3-14b", 8, max_context=8192)
+    cl = ClusterSpec(64, "h100", "qwen3-8b", 8, max_context=8192)
 
     def best(run_steps: int | None):  # type: ignore[no-untyped-def]
         return Planner(cl, options=SearchOptions(max_staleness=1, run_steps=run_steps)).search(steps[:1], steps[1].prompt_tokens).best
