@@ -1,0 +1,43 @@
+"""What a new user hit (issue 21, items 2-5): plans refused without a trace, inputs overwritten,
+dropped lines not reported, tracebacks instead of one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+
+
+# --- item 2: libra-sim plan without a trace ------------------------------------------------------
+
+@pytest.mark.parametrize("model,gpus", [("qwen3-32b", 16), ("llama-3.1-70b", 64)])
+def test_plan_without_a_trace_falls_back_to_a_context_that_fits(capsys: pytest.CaptureFixture[str], model: str,
+                                                                 gpus: int) -> None:
+    # the 65,536-token prior fits neither; the documented 32K/16K/8K/4K fallback does
+    assert main(["plan", "--gpus", str(gpus), "--gpu", "h100", "--model", model, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["assumed_max_context"] == 32768
+    assert "32,768-token contexts" in doc["limits"] and "--max-context" in doc["limits"]
+
+
+def test_plan_that_fits_nothing_names_max_context(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--gpus", "8", "--gpu", "h100", "--model", "llama-3.1-70b"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--max-context" in err and "Traceback" not in err
+
+
+def test_plan_with_a_declared_limit_that_does_not_fit_names_max_context(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--gpus", "16", "--gpu", "h100", "--model", "qwen3-32b", "--max-context", "65536"]) == 2
+    assert "--max-context" in capsys.readouterr().err
+
+
+def test_a_colocated_plan_prints_colocated_not_two_full_pools(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--gpus", "64", "--gpu", "h100", "--model", "qwen3-14b"]) == 0
+    out = capsys.readouterr().out
+    assert "split: colocated: rollout and training time-share all 64 GPUs" in out
+    assert "64 rollout GPUs, 64 training GPUs" not in out
+    assert main(["plan", "--gpus", "64", "--gpu", "h100", "--model", "qwen3-14b", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["split"]["colocated"] is True
