@@ -41,3 +41,40 @@ def test_a_colocated_plan_prints_colocated_not_two_full_pools(capsys: pytest.Cap
     assert "64 rollout GPUs, 64 training GPUs" not in out
     assert main(["plan", "--gpus", "64", "--gpu", "h100", "--model", "qwen3-14b", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["split"]["colocated"] is True
+
+
+# --- item 3: never overwrite an input; replace an output only with --force -----------------------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_GEN = ["gen", "--workload", "math", "--steps", "1", "--batch", "4", "--group-size", "2"]
+
+
+def test_gen_refuses_an_existing_file_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "t.jsonl"
+    out.write_text("my trace\n")
+    assert main([*_GEN, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "exists; pass --force" in err and err.count("\n") == 1
+    assert out.read_text() == "my trace\n"  # untouched
+    assert main([*_GEN, "-o", str(out), "--force"]) == 0
+    assert out.read_text().startswith('{"type": "header"') or out.read_text().startswith('{"type":"header"')
+
+
+def test_convert_never_writes_over_its_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "conversations.jsonl"
+    original = (FIXTURES / "openai_chat" / "conversations.jsonl").read_bytes()
+    log.write_bytes(original)
+    for extra in ([], ["--force"]):  # --force replaces an old output, never the input
+        assert main(["convert", "--from", "openai-chat", str(log), "-o", str(log), "--tokenizer", "estimate", *extra]) == 2
+        assert "the input" in capsys.readouterr().err
+        assert log.read_bytes() == original
+    # the same file by another name, and a file inside an input folder
+    assert main(["convert", "--from", "openai-chat", str(tmp_path / "." / log.name), "-o", str(log), "--force",
+                 "--tokenizer", "estimate"]) == 2
+    assert main(["convert", "--from", "openai-chat", str(tmp_path), "-o", str(log), "--force", "--tokenizer", "estimate"]) == 2
+    assert log.read_bytes() == original
+    out = tmp_path / "sub" / "t.jsonl"
+    assert main(["convert", "--from", "openai-chat", str(log), "-o", str(out), "--tokenizer", "estimate"]) == 0
+    assert main(["convert", "--from", "openai-chat", str(log), "-o", str(out), "--tokenizer", "estimate"]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["convert", "--from", "openai-chat", str(log), "-o", str(out), "--tokenizer", "estimate", "--force"]) == 0
