@@ -78,3 +78,21 @@ def test_convert_never_writes_over_its_input(tmp_path: Path, capsys: pytest.Capt
     assert main(["convert", "--from", "openai-chat", str(log), "-o", str(out), "--tokenizer", "estimate"]) == 2
     assert "--force" in capsys.readouterr().err
     assert main(["convert", "--from", "openai-chat", str(log), "-o", str(out), "--tokenizer", "estimate", "--force"]) == 0
+
+
+# --- item 4: replay --lenient reports the lines it drops ----------------------------------------
+
+def test_replay_lenient_reports_every_dropped_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_sim_replay_cli import _trace
+
+    tr = _trace(tmp_path / "t.jsonl", steps=2, n=16)
+    lines = tr.read_text().splitlines()
+    lines[3] = lines[3].replace('"prompt_tokens": ', '"prompt_tokens": -')  # line 4: a negative count
+    lines[20] = "{not json"  # line 21
+    tr.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "r.json"
+    assert main(["replay", str(tr), "--gpus", "16", "--policy", "verl-static-uniform", "--lenient", "--json", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 2 invalid line(s)" in err
+    assert f"{tr}:4: field 'prompt_tokens'" in err and f"{tr}:21: " in err
+    assert json.loads(out.read_text())["policies"]["verl-static-uniform"]["expected"] == 30

@@ -55,7 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tool-kv", choices=("keep", "release"), default="keep", help="KV of a trajectory during a tool call (default keep)")
     p.add_argument("--mini-batches", type=_positive_int, default=4, help="optimizer steps per RL step (gradient-accumulation boundaries)")
     p.add_argument("--steps", default=None, metavar="A:B", help="replay trace steps A..B-1 only")
-    p.add_argument("--lenient", action="store_true", help="skip invalid trace lines (reported) instead of failing")
+    p.add_argument("--lenient", action="store_true",
+                   help="skip invalid trace lines instead of failing (each reported on stderr as FILE:LINE: field: rule)")
     p.add_argument("--fail-gpu", action="append", default=[], metavar="STEP:SECONDS:GPU", help="take GPU away SECONDS into STEP's rollout (repeatable)")
     p.add_argument("--split", default=None, metavar="ROLLOUT:TRAIN", help="pin the GPU split (baselines)")
     p.add_argument("--plan-split", default=None, metavar="ROLLOUT:TRAIN",
@@ -145,6 +146,26 @@ def _model_name(arg: str | None, hint: str | None) -> str:
     src = "--model" if arg else "the trace header's model hint"
     how = "" if arg else " (a libra-run trace names its model folder: pass --model FOLDER/config.json)"
     raise UserError(f"{src} {name!r} is not a catalog model or config.json{how}; known: {', '.join(sorted(MODELS))}")
+
+
+#: Skipped lines listed one by one by --lenient (the rest are counted per rule).
+SKIPPED_SHOWN = 10
+
+
+def _report_skipped(path: str, skipped: list[Any]) -> None:
+    """--lenient: say on stderr how many lines were dropped, where (FILE:LINE) and by which rule."""
+    if not skipped:
+        return
+    print(f"libra-sim: --lenient skipped {len(skipped)} invalid line(s) of {path}; the replay runs without them:",
+          file=sys.stderr)
+    for s in skipped[:SKIPPED_SHOWN]:
+        print(f"  {path}:{s.line}: field '{s.field}': {s.rule}" + (f" ({s.detail})" if s.detail else ""), file=sys.stderr)
+    if len(skipped) > SKIPPED_SHOWN:
+        per_rule: dict[str, int] = {}
+        for s in skipped:
+            per_rule[s.rule_key] = per_rule.get(s.rule_key, 0) + 1
+        print(f"  ... and {len(skipped) - SKIPPED_SHOWN} more; per rule: "
+              + "; ".join(f"{n} x {rule}" for rule, n in sorted(per_rule.items(), key=lambda kv: -kv[1])), file=sys.stderr)
 
 
 class _Progress:
@@ -260,7 +281,9 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus > MAX_GPUS:
         raise UserError(f"--gpus must be an integer in [1, {MAX_GPUS:,}] (the planner searches every split: 13 s at "
                         f"{MAX_GPUS:,} on one core, minutes beyond), got {args.gpus:,}")
-    steps, header = load_steps(args.trace, args.steps, args.lenient)
+    dropped: list[Any] = []
+    steps, header = load_steps(args.trace, args.steps, args.lenient, skipped=dropped)
+    _report_skipped(args.trace, dropped)
     meta = getattr(header, "metadata", {}) or {}
     gpu = args.gpu or meta.get("gpu") or "a800"
     model = _model_name(args.model, getattr(header, "model", None))
