@@ -96,3 +96,44 @@ def test_replay_lenient_reports_every_dropped_line(tmp_path: Path, capsys: pytes
     assert "skipped 2 invalid line(s)" in err
     assert f"{tr}:4: field 'prompt_tokens'" in err and f"{tr}:21: " in err
     assert json.loads(out.read_text())["policies"]["verl-static-uniform"]["expected"] == 30
+
+
+# --- item 5: one-line errors instead of tracebacks, and a decode that cannot fit ---------------
+
+def test_predict_decode_refuses_a_kv_cache_that_does_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    from cost_models.cli import main as calibrate
+
+    argv = ["predict", "decode", "--gpu", "h100", "--model", "qwen3-32b", "--tp", "1", "--batch", "256", "--context", "32768"]
+    assert calibrate(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not fit" in err and "8,388,608 KV tokens" in err and "would fit: batch <=" in err
+    assert calibrate([*argv, "--ignore-memory", "--json"]) == 0  # asked for anyway: a time
+    assert json.loads(capsys.readouterr().out)["ms"] > 0
+    assert calibrate(["predict", "decode", "--gpu", "h100", "--model", "qwen3-32b", "--tp", "4", "--batch", "64",
+                      "--context", "4096", "--json"]) == 0  # one that fits still answers
+
+
+def test_calibrate_report_checks_its_output_folder_before_the_work(capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from cost_models.calibration import report as rep
+    from cost_models.cli import main as calibrate
+
+    def no_work(*a: object, **k: object) -> None:
+        raise AssertionError("the report ran before its --out was checked")
+
+    monkeypatch.setattr(rep, "run_report", no_work)
+    for extra in ([], ["--engine"]):
+        assert calibrate(["report", "--out", "/proc/rep", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--out /proc/rep: cannot write there" in err
+
+
+def test_sweep_of_a_binary_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import gzip
+
+    path = tmp_path / "grid.yaml.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("name: x\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
