@@ -42,35 +42,69 @@ def vs_best_baseline(result: RunResult, results: Sequence[RunResult]) -> float:
     return best.mean_step_s / result.mean_step_s if best is not None else float("nan")
 
 
-def summary_table(results: Sequence[RunResult], title: str, n_gpus: int | None = None) -> Any:
+#: The columns of the default (narrow) comparison table: what a 80-column terminal can show
+#: without cutting a cell; ``--wide`` shows ``WIDE_COLUMNS`` (steps.csv and --json have the rest).
+NARROW_COLUMNS: tuple[str, ...] = ("policy", "K", "mode", "split R:T", "TP", "step s", "tok/s", "vs best")
+WIDE_COLUMNS: tuple[str, ...] = ("policy", "K", "mode", "split R:T", "rollout TP", "step s", "rollout s", "makespan/LB",
+                                 "train s", "gen tok/s", "trained tok/s", "preempt", "migr", "done", "vs best base")
+_LEFT = ("policy", "mode", "rollout TP", "TP", "split R:T")
+
+
+def _cells(r: RunResult, results: Sequence[RunResult], n_gpus: int | None, narrow: bool) -> dict[str, str]:
+    """Every column's text for one policy's row (``narrow``: the short forms of the narrow table)."""
+    s = r.steps
+    n = max(len(s), 1)
+    ratio = [x.makespan_over_bound for x in s if math.isfinite(x.makespan_over_bound)]
+    split = f"{s[0].n_rollout_gpus}:{s[0].n_train_gpus}" if s else "-"
+    if s and (r.notes.get("colocated") or (n_gpus is not None and s[0].n_rollout_gpus + s[0].n_train_gpus > n_gpus)):
+        split = f"{s[0].n_rollout_gpus} coloc"
+    mode = r.mode.replace("async", f"async K={r.staleness}") if r.staleness else r.mode
+    if narrow:
+        mode = mode.replace("sync+streaming", "sync+stream")
+    vs = vs_best_baseline(r, results)
+    tok = _fmt(r.throughput_tok_s, 0)
+    return {
+        "policy": r.policy, "K": str(r.max_staleness), "mode": mode, "split R:T": split,
+        "rollout TP": s[0].rollout_tps if s else "-", "TP": s[0].rollout_tps if s else "-",
+        "step s": _fmt(r.mean_step_s), "rollout s": _fmt(sum(x.rollout_makespan_s for x in s) / n),
+        "makespan/LB": _fmt(sum(ratio) / len(ratio), 2) if ratio else "-", "train s": _fmt(sum(x.train_s for x in s) / n),
+        "gen tok/s": tok, "tok/s": tok, "trained tok/s": _fmt(r.trained_tok_s, 0),
+        "preempt": str(sum(x.preemptions for x in s)), "migr": str(sum(x.migrations for x in s)),
+        "done": f"{r.completed}/{r.expected}", "vs best base": f"{vs:.2f}x" if math.isfinite(vs) else "-",
+        "vs best": f"{vs:.2f}x" if math.isfinite(vs) else "-",
+    }
+
+
+def summary_table(results: Sequence[RunResult], title: str, n_gpus: int | None = None, wide: bool = False) -> Any:
     """A rich Table with one row per policy. A colocated plan (rollout and training on the same
     GPUs) shows as ``N coloc``: told by the policy's note, or, given ``n_gpus``, by a split that
     books more GPUs than the cluster has (Libra's colocated plans printed as 48:48 on 48 GPUs).
     ``K`` is the staleness class the policy ran in (``--max-staleness``), ``mode`` the loop that
     ran (``async K=k`` with the staleness it used), ``vs best base`` the best baseline of the same
-    class's mean step over this policy's (> 1: faster than every baseline of its class)."""
+    class's mean step over this policy's (> 1: faster than every baseline of its class).
+
+    Why two widths: all 15 columns need ~180 terminal columns, and at 80 rich cut every cell to
+    ``v…``. By default the table has the 8 columns of ``NARROW_COLUMNS`` (``tok/s``: generated
+    tokens per second; ``TP``: the rollout instances' TPs) without outer borders, numbers never
+    wrapped, the policy name folded if the terminal is narrower still; ``wide`` shows every column
+    (``--wide``). A single staleness class drops the K column. No box: its rules take 3
+    characters a column, the policy names need them."""
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left")
-    for col in ("policy", "K", "mode", "split R:T", "rollout TP", "step s", "rollout s", "makespan/LB", "train s",
-                "gen tok/s", "trained tok/s", "preempt", "migr", "done", "vs best base"):
-        t.add_column(col, justify="left" if col in ("policy", "mode", "rollout TP", "split R:T") else "right")
+    cols = list(WIDE_COLUMNS if wide else NARROW_COLUMNS)
+    if not wide and len({r.max_staleness for r in results}) <= 1:
+        cols.remove("K")
+    if wide:
+        t = Table(title=title, title_justify="left")
+    else:
+        t = Table(title=title, title_justify="left", box=None, pad_edge=False, padding=(0, 1),
+                  caption="more columns: --wide (every step: --out DIR's steps.csv)", caption_justify="left")
+    for col in cols:
+        t.add_column(col, justify="left" if col in _LEFT else "right",
+                     no_wrap=col not in ("policy", "rollout TP", "TP"), overflow="fold")
     for r in results:
-        s = r.steps
-        n = max(len(s), 1)
-        ratio = [x.makespan_over_bound for x in s if math.isfinite(x.makespan_over_bound)]
-        split = f"{s[0].n_rollout_gpus}:{s[0].n_train_gpus}" if s else "-"
-        if s and (r.notes.get("colocated") or (n_gpus is not None and s[0].n_rollout_gpus + s[0].n_train_gpus > n_gpus)):
-            split = f"{s[0].n_rollout_gpus} coloc"
-        mode = r.mode.replace("async", f"async K={r.staleness}") if r.staleness else r.mode
-        t.add_row(
-            r.policy, str(r.max_staleness), mode, split, s[0].rollout_tps if s else "-",
-            _fmt(r.mean_step_s), _fmt(sum(x.rollout_makespan_s for x in s) / n),
-            _fmt(sum(ratio) / len(ratio), 2) if ratio else "-", _fmt(sum(x.train_s for x in s) / n),
-            _fmt(r.throughput_tok_s, 0), _fmt(r.trained_tok_s, 0),
-            str(sum(x.preemptions for x in s)), str(sum(x.migrations for x in s)), f"{r.completed}/{r.expected}",
-            (lambda v: f"{v:.2f}x" if math.isfinite(v) else "-")(vs_best_baseline(r, results)),
-        )
+        cells = _cells(r, results, n_gpus, narrow=not wide)
+        t.add_row(*(cells[c] for c in cols))
     return t
 
 

@@ -74,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="write steps.csv and PNG plots here")
     p.add_argument("--json", default=None, metavar="FILE", help="write the run summary as JSON")
     p.add_argument("--per-step", action="store_true", help="also print a per-step table for each policy")
+    p.add_argument("--wide", action="store_true",
+                   help="the comparison table with all 15 columns (~180 characters wide; default: the 8 that fit an "
+                        "80-column terminal)")
     p.add_argument("--jobs", type=_positive_int, default=None,
                    help="with --compare: policies replayed in parallel processes (default: CPU cores; 1 = in this process)")
 
@@ -385,7 +388,8 @@ def run(args: argparse.Namespace) -> int:
               f"(not run: {', '.join(missing)})", file=sys.stderr)
     if not results:
         raise UserError(f"no policy could replay this trace ({', '.join(failed)}); see the messages above")
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    # a terminal: its width (the narrow table fits 80 columns); --wide or a pipe: room for every column
+    console = Console() if sys.stdout.isatty() and not args.wide else Console(width=200)
     n_traj = sum(s.n for s in steps)
     title = f"{os.path.basename(args.trace)}: {len(steps)} steps, {n_traj} trajectories, {args.gpus} x {gpu}, {model}, seed {args.seed}"
     if args.calibration:
@@ -394,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
     title += f"; limits: {limits_text}"
     if interrupted:
         title = f"INCOMPLETE (interrupted; not run: {', '.join(missing)}): {title}"
-    console.print(report.summary_table(results, title, args.gpus))
+    console.print(report.summary_table(results, title, args.gpus, wide=args.wide))
     if args.per_step or len(results) == 1:
         for r in results:
             console.print(report.steps_table(r))
