@@ -353,7 +353,6 @@ def run(args: argparse.Namespace) -> int:
             try:
                 if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
                     _replay_parallel(jobs, steps, run_names, cluster, config, pins, costs, got)
-                    got.sort(key=lambda o: run_names.index(o[0]))
                 else:
                     with _Progress() as prog:
                         for name in run_names:
@@ -366,7 +365,8 @@ def run(args: argparse.Namespace) -> int:
                                 got.append((name, None, str(exc)))
                             if cb is None:
                                 _finished(got[-1], len(got), len(run_names), None)
-            finally:  # an interrupt keeps what finished
+            finally:  # an interrupt keeps what finished, in the order of the policy list
+                got.sort(key=lambda o: run_names.index(o[0]))
                 outcomes += [(f"{n} (K={k})" if len(classes) > 1 else n, r, e) for n, r, e in got]
     except KeyboardInterrupt:
         interrupted = True
