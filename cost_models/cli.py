@@ -157,7 +157,23 @@ def _print_fit(f: object, out: Path) -> None:
           f"{pct(cv['speedup_err_median_pct'])} (in-sample {pct(ins['mape_pct'])}, {pct(ins['speedup_err_median_pct'])})")
 
 
+def _output_dir(path: str | None) -> None:
+    """``--out``, created and probed for writing before the report's fitting starts (a folder it
+    cannot write, e.g. under /proc, was a FileNotFoundError after 12 s of work)."""
+    if not path:
+        return
+    import tempfile
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".libra-probe-"):
+            pass
+    except OSError as exc:
+        raise CostModelError(f"--out {path}: cannot write there ({exc.strerror or type(exc).__name__})") from None
+
+
 def _run_report(args: argparse.Namespace) -> int:
+    _output_dir(args.out)
     if args.engine is not None:
         return _run_engine_report(args)
     from rich.console import Console

@@ -4,7 +4,8 @@ Why: to check a prediction against a measurement (a vLLM benchmark, a training l
 writing Python, and to see at once why a strategy does not fit. Sub-commands:
 
   decode  --gpu G --model M --tp T --batch B --context C    one decode iteration; C is the context
-                                                            of EACH sequence (total KV = B x C)
+          [--ignore-memory]                                 of EACH sequence (total KV = B x C, which
+                                                            must fit the KV cache)
   prefill --gpu G --model M --tp T --tokens N [--cached K] [--batch B]
   train   --gpu G --model M [--gpus N] --tp T --pp P [--dp D] [--ep E] --global-batch-tokens X
           --seq-len S [--zero Z] [--micro-batch U] [--recompute] [--forward-only] [--ignore-memory]
@@ -50,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--tp", type=int, required=True)
     d.add_argument("--batch", type=int, required=True, help="running sequences")
     d.add_argument("--context", type=int, required=True, help="KV tokens of EACH sequence")
+    d.add_argument("--ignore-memory", action="store_true", help="predict even if the KV cache does not fit")
 
     f = sub.add_parser("prefill", help="one prefill forward (ms)")
     _common(f)
@@ -92,6 +94,38 @@ def _evaluator(args: argparse.Namespace, **kw: Any) -> Any:
     return CostEvaluator(args.gpu, args.model, args.calibration, args.gpus_per_node, engine=args.engine, **kw)
 
 
+def _check_kv(ev: Any, tp: int, batch: int, context: int) -> None:
+    """A decode whose KV cache (batch x context tokens) does not fit the instance's memory is an
+    error naming what would fit, as ``predict train`` refuses a strategy that does not fit: a
+    time for an impossible batch reads like a prediction (Qwen3-32B, TP 1, 256 x 32K on an H100)."""
+    from cost_models.errors import CostModelError
+
+    rep = ev.rollout_memory(tp)
+    have = int(rep.extra["kv_tokens"]) if rep.fits else 0
+    need = batch * context
+    if need <= have:
+        return
+    kv: dict[int, int] = {tp: have}
+    for t in (2, 4, 8):  # the rollout TPs the planner considers (ROLLOUT_MAX_TP = 8)
+        if t > tp:
+            try:
+                r = ev.rollout_memory(t)
+            except CostModelError:  # not a valid TP for this model or node
+                continue
+            kv[t] = int(r.extra["kv_tokens"]) if r.fits else 0
+    bigger = [t for t in sorted(kv) if t > tp and kv[t] >= need]
+    best = max(kv, key=lambda t: (kv[t] // max(context, 1), -t))
+    if bigger:
+        hint_s = f"TP {bigger[0]}" + (f", or batch <= {have // context:,} at TP {tp}" if have >= context else "")
+    elif kv[best] >= context:
+        hint_s = f"batch <= {kv[best] // context:,} at TP {best}"
+    else:
+        hint_s = "a shorter context or a GPU with more memory"
+    where = f"the KV cache holds {have:,} tokens" if rep.fits else f"the weights alone do not fit ({rep.summary()})"
+    raise CostModelError(f"decode {ev.model.name} on {ev.gpu.name} tp={tp}: batch {batch} x context {context:,} = "
+                         f"{need:,} KV tokens does not fit: {where}; would fit: {hint_s} (--ignore-memory to predict anyway)")
+
+
 def _emit(args: argparse.Namespace, obj: dict[str, Any], line: str) -> None:
     print(json.dumps(obj) if args.json else line)
 
@@ -106,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         _positive("batch", args.batch)
         _positive("context", args.context, 0)
         ev = _evaluator(args)
+        if not args.ignore_memory:
+            _check_kv(ev, args.tp, args.batch, args.context)
         s = float(ev.decode_s(args.tp, args.batch, args.batch * args.context))
         _emit(
             args,

@@ -3,7 +3,8 @@
 A command that writes results (``libra-run --out``, ``libra-sim replay --out/--json``,
 ``libra-sim convert -o``, ...) must find out that it cannot write them *before* it spends minutes
 on a run or a simulation, and say so on one line (``UserError``, exit 2) instead of ending in a
-``FileNotFoundError`` traceback at the end. These helpers create what is missing and probe that
+``FileNotFoundError`` traceback at the end. A command never writes over its input, and replaces
+an existing output file only when asked (``--force``). These helpers create what is missing and probe that
 the destination is really writable (a probe file, since ``os.access`` answers yes for some paths
 that refuse writes, e.g. under ``/proc``).
 """
@@ -62,4 +63,31 @@ def check_output_file(path: str, label: str = "--json") -> str:
     if os.path.exists(full) and not os.access(full, os.W_OK):
         raise UserError(f"{label} {path}: the file is not writable")
     _probe(parent, label, path)
+    return full
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_new_output_file(path: str, label: str, force: bool, inputs: tuple[str, ...] = ()) -> str:
+    """``check_output_file``, and never write over what the user has: an output that is one of
+    ``inputs`` (a file, or a file inside an input folder) is refused even with ``force`` (the
+    command would destroy what it reads); any other existing file is refused unless ``force``
+    (``libra-sim gen`` silently replaced traces, ``convert -o LOG`` the user's log)."""
+    full = check_output_file(path, label)
+    for src in inputs:
+        if not src or not os.path.exists(src):
+            continue
+        src_full = os.path.abspath(os.path.expanduser(src))
+        inside = os.path.isdir(src_full) and os.path.exists(full) and \
+            os.path.commonpath([os.path.realpath(src_full), os.path.realpath(full)]) == os.path.realpath(src_full)
+        if (os.path.isfile(src_full) and os.path.exists(full) and _same_file(src_full, full)) or inside:
+            raise UserError(f"{label} {path}: is {'inside ' if inside else ''}the input {src}; write the output to "
+                            "another file (an input is never overwritten)")
+    if os.path.exists(full) and not force:
+        raise UserError(f"{label} {path}: exists; pass --force to replace it, or choose another file")
     return full

@@ -40,13 +40,19 @@ def parse_step_range(text: str | None) -> tuple[int | None, int | None]:
     return lo, hi
 
 
-def load_steps(path: str, step_range: str | None = None, lenient: bool = False) -> tuple[list[StepArrays], Any]:
-    """The trace's steps within ``step_range`` (``A:B``) and its header."""
+def load_steps(path: str, step_range: str | None = None, lenient: bool = False,
+               skipped: list[Any] | None = None) -> tuple[list[StepArrays], Any]:
+    """The trace's steps within ``step_range`` (``A:B``) and its header. With ``lenient``, invalid
+    lines are skipped instead of failing; pass a list as ``skipped`` to get their
+    ``SkipRecord``s (line, field, rule), so the caller can report them: a replay must not
+    silently run on fewer trajectories than the file holds."""
     from libra.trace.reader import open_trace
 
     lo, hi = parse_step_range(step_range)
     reader = open_trace(path, lenient=lenient)
     steps = [s for s in reader.steps() if (lo is None or s.step >= lo) and (hi is None or s.step < hi)]
+    if lenient and skipped is not None:
+        skipped.extend(reader.skipped)
     if not steps:
         raise UserError(f"{path}: no trajectories" + (f" in steps {step_range}" if step_range else ""))
     return steps, reader.header

@@ -30,7 +30,7 @@ def test_replay_json_has_the_documented_shape(tmp_path: Path, capsys: pytest.Cap
     rc = main(["replay", str(tr), "--gpus", "16", "--policy", "verl-static-uniform", "--json", str(out)])
     assert rc == 0
     doc = json.loads(out.read_text())
-    assert set(doc) == {"trace", "gpus", "gpu", "model", "policies"}
+    assert set(doc) == {"trace", "gpus", "gpu", "model", "complete", "policies"} and doc["complete"] is True
     assert doc["gpus"] == 16 and doc["gpu"] == "a800"
     p = doc["policies"]["verl-static-uniform"]
     assert set(p) == {"throughput_tok_s", "mean_step_s", "rollout_makespan_s", "lower_bound_s", "train_s", "completed", "expected",

@@ -6,7 +6,7 @@ latencies, and the baselines' estimates and bounds (``libra.policies``) use the 
 A trace recorded on a real cluster carries measured latencies; a synthetic or converted one may
 not. Then the latency of a call is drawn from a lognormal chosen by the tool's name, capped at
 that tool family's timeout; a call whose outcome is ``"timeout"`` takes exactly the timeout.
-The families and their figures come from shared/reference/workloads.md:
+The families and their figures come from docs/reference/workloads.md:
 
 =========  =================================  ========  =====  =======
 family     names containing                   median s  sigma  timeout

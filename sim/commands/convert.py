@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="log format: swe-agent (SWE-agent *.traj, mini-swe-agent *.traj.json), openai-chat (JSONL, one "
                              "conversation of OpenAI-format messages per line), verl (trainer.rollout_data_dir dumps, STEP.jsonl)")
     parser.add_argument("input", metavar="FILE|DIR", help="a log file, or a directory searched recursively")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="trace to write (.jsonl or .jsonl.gz)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE",
+                        help="trace to write (.jsonl or .jsonl.gz); never the input, nor a file inside an input folder")
+    parser.add_argument("--force", action="store_true", help="replace the output file if it exists (default: refuse)")
     parser.add_argument("--step", type=int, default=0,
                         help="RL step of every trajectory (swe-agent), or of lines that name none (openai-chat, verl; default 0)")
     parser.add_argument("--tokenizer", default="auto", choices=TOKENIZER_CHOICES,
@@ -39,10 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Convert, write the trace, and print what was converted and skipped."""
     from libra.errors import UserError
-    from libra.paths import check_output_file
+    from libra.paths import check_new_output_file
     from libra.trace.convert import convert_openai_chat, convert_swe_agent, convert_verl
 
-    check_output_file(args.output, "-o")  # before reading a folder of logs
+    check_new_output_file(args.output, "-o", args.force, (args.input, *args.report))  # before reading a folder of logs
     if args.report and args.source != "swe-agent":
         raise UserError(f"--report is for --from swe-agent (SWE-bench reports); {args.source} logs carry their own rewards")
     if args.source == "swe-agent":

@@ -30,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--first-step", type=int, default=0, help="number of the first step (default 0)")
     parser.add_argument("-o", "--output", required=True, help="trace file to write (.jsonl or .jsonl.gz)")
+    parser.add_argument("--force", action="store_true", help="replace the output file if it exists (default: refuse)")
     for flag, name, typ in _SHORTCUTS:
         parser.add_argument(flag, dest=name, type=typ, default=None,
                             help=f"override the workload's {name} (see --list-params)")
@@ -69,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
         for f in dataclasses.fields(params):
             print(f"{f.name:24s} {getattr(params, f.name)!s:>12s}  {DOCS[f.name]}  [{sources[f.name]}]")
         return 0
-    from libra.paths import check_output_file
+    from libra.paths import check_new_output_file
 
-    check_output_file(args.output, "-o")  # before generating: a million trajectories must not end on a bad path
+    # before generating: a million trajectories must not end on a bad path, nor replace a trace unasked
+    check_new_output_file(args.output, "-o", args.force)
     params = make_params(args.workload, **_overrides(args))
     header = trace_header(params, args.steps, args.batch, args.group_size, args.seed, args.first_step)
     n_turns = 0

@@ -3,7 +3,9 @@
 With ``--trace`` the planner plans step ``--step`` (default: the trace's last step) from the
 steps before it (their statistics, never the planned step's own lengths) and that step's
 prompts. Without a trace it plans from the documented default length prior
-(``libra.planner.stats.default_prior_step``) for ``--prompts`` trajectories. It prints the GPU
+(``libra.planner.stats.default_prior_step``) for ``--prompts`` trajectories; when that prior fits
+nothing and no context limit is declared, for the longest of 32K/16K/8K/4K tokens that fits (as
+Libra plans a replay's first step), and says so. It prints the GPU
 split, the training strategy, the rollout instances (TP, node) and buckets (context bounds), and
 the predicted rollout, training, sync and step times; ``--json`` prints the same as JSON.
 A model that cannot fit says what would (more GPUs, a bigger GPU).
@@ -85,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     """Plan and print."""
     from libra.cluster import ClusterSpec
     from libra.errors import UserError
-    from libra.planner.search import Planner, SearchOptions
+    from libra.planner.search import SearchOptions
 
     from sim.commands.common import MAX_GPUS, node_size
 
@@ -107,16 +109,51 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "async" and args.max_staleness < 1:
         raise UserError("--mode async needs --max-staleness K >= 1 (the staleness the RL algorithm tolerates)")
     opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2)
-    planner = Planner(cluster, options=opts)
-    res = planner.search(history, prompts)
-    plan = planner.to_plan(res)
+    from libra.policies.libra_policy import ASSUMED_CAPS
+
+    plan, assumed = _search(cluster, opts, history, prompts)
     doc = _as_dict(cluster, plan, len(history), len(prompts))
     doc["limits"] = limits_text
+    if assumed is not None:
+        doc["assumed_max_context"] = assumed
+        doc["limits"] = (f"none declared; nothing fits the length prior's 65,536-token cap, so planned for {assumed:,}-token "
+                         f"contexts (the longest of {'/'.join(f'{c // 1024}K' for c in ASSUMED_CAPS)} that fits, as libra "
+                         "plans its first step); pass --max-context N for your workload's")
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
         _print(doc)
     return 0
+
+
+def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any) -> tuple[Any, int | None]:
+    """(plan, assumed context cap or None). Without measured steps or a declared context limit,
+    a prior that fits nothing (its own 65,536-token cap is a guess) is planned for the longest of
+    ``ASSUMED_CAPS`` that fits, as ``LibraPolicy`` plans a replay's first step
+    (docs/policy-core.md); a misfit that remains names ``--max-context``."""
+    import dataclasses
+
+    from libra.errors import UserError
+    from libra.planner.search import Planner
+    from libra.policies.libra_policy import ASSUMED_CAPS
+
+    try:
+        planner = Planner(cluster, options=opts)
+        return planner.to_plan(planner.search(history, prompts)), None
+    except UserError as exc:
+        if history or cluster.max_context is not None:
+            hint = "" if history else "; a shorter --max-context TOKENS may fit"
+            raise UserError(f"{exc}{hint}") from None
+        first = exc
+    for cap in ASSUMED_CAPS:
+        try:
+            planner = Planner(dataclasses.replace(cluster, max_context=cap), options=opts)
+            return planner.to_plan(planner.search(history, prompts)), cap
+        except UserError:
+            continue
+    raise UserError(f"{first}; with no context limit declared it was also planned for "
+                    f"{'/'.join(f'{c:,}' for c in ASSUMED_CAPS)}-token contexts and nothing fits: pass --max-context TOKENS "
+                    "(your workload's limit), more GPUs or a bigger GPU") from None
 
 
 def _as_dict(cluster: Any, plan: Any, n_history: int, n_prompts: int) -> dict[str, Any]:
@@ -132,7 +169,7 @@ def _as_dict(cluster: Any, plan: Any, n_history: int, n_prompts: int) -> dict[st
         "max_staleness": plan.max_staleness,
         "staleness_class": plan.notes.get("staleness_class", plan.max_staleness),
         "loop_step_s": plan.notes.get("loop_step_s", {}),
-        "split": {"rollout_gpus": plan.n_rollout_gpus, "train_gpus": plan.n_train_gpus},
+        "split": {"rollout_gpus": plan.n_rollout_gpus, "train_gpus": plan.n_train_gpus, "colocated": plan.colocated},
         "train": {"tp": t.tp, "pp": t.pp, "dp": t.dp, "ep": t.ep, "zero_stage": t.zero_stage, "micro_batch": t.micro_batch, "recompute": t.recompute},
         "buckets": [
             {"index": b.index, "tp": b.tp, "min_context": b.min_context, "max_context": b.max_context,
@@ -157,7 +194,10 @@ def _print(d: dict[str, Any]) -> None:
     print(f"{c['model']} on {c['gpus']} x {c['gpu']} ({c['gpus_per_node']}/node), {d['trajectories']} trajectories, "
           f"{d['loop']} loop (staleness class K={d['staleness_class']}"
           + (", async staleness " + str(d['max_staleness']) if d['mode'] == 'async' else "") + f"); planned from {d['planned_from']}; limits: {d.get('limits', 'none declared')}")
-    print(f"split: {d['split']['rollout_gpus']} rollout GPUs, {d['split']['train_gpus']} training GPUs")
+    if d["split"].get("colocated"):
+        print(f"split: colocated: rollout and training time-share all {c['gpus']} GPUs")
+    else:
+        print(f"split: {d['split']['rollout_gpus']} rollout GPUs, {d['split']['train_gpus']} training GPUs")
     print(f"train: TP {t['tp']} x PP {t['pp']} x DP {t['dp']}" + (f", EP {t['ep']}" if t["ep"] > 1 else "")
           + f", ZeRO-{t['zero_stage']}, micro-batch {t['micro_batch']}" + (", recompute" if t["recompute"] else ""))
     print("buckets:")

@@ -55,7 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tool-kv", choices=("keep", "release"), default="keep", help="KV of a trajectory during a tool call (default keep)")
     p.add_argument("--mini-batches", type=_positive_int, default=4, help="optimizer steps per RL step (gradient-accumulation boundaries)")
     p.add_argument("--steps", default=None, metavar="A:B", help="replay trace steps A..B-1 only")
-    p.add_argument("--lenient", action="store_true", help="skip invalid trace lines (reported) instead of failing")
+    p.add_argument("--lenient", action="store_true",
+                   help="skip invalid trace lines instead of failing (each reported on stderr as FILE:LINE: field: rule)")
     p.add_argument("--fail-gpu", action="append", default=[], metavar="STEP:SECONDS:GPU", help="take GPU away SECONDS into STEP's rollout (repeatable)")
     p.add_argument("--split", default=None, metavar="ROLLOUT:TRAIN", help="pin the GPU split (baselines)")
     p.add_argument("--plan-split", default=None, metavar="ROLLOUT:TRAIN",
@@ -73,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None, metavar="DIR", help="write steps.csv and PNG plots here")
     p.add_argument("--json", default=None, metavar="FILE", help="write the run summary as JSON")
     p.add_argument("--per-step", action="store_true", help="also print a per-step table for each policy")
+    p.add_argument("--wide", action="store_true",
+                   help="the comparison table with all 15 columns (~180 characters wide; default: the 8 that fit an "
+                        "80-column terminal)")
     p.add_argument("--jobs", type=_positive_int, default=None,
                    help="with --compare: policies replayed in parallel processes (default: CPU cores; 1 = in this process)")
 
@@ -147,6 +151,26 @@ def _model_name(arg: str | None, hint: str | None) -> str:
     raise UserError(f"{src} {name!r} is not a catalog model or config.json{how}; known: {', '.join(sorted(MODELS))}")
 
 
+#: Skipped lines listed one by one by --lenient (the rest are counted per rule).
+SKIPPED_SHOWN = 10
+
+
+def _report_skipped(path: str, skipped: list[Any]) -> None:
+    """--lenient: say on stderr how many lines were dropped, where (FILE:LINE) and by which rule."""
+    if not skipped:
+        return
+    print(f"libra-sim: --lenient skipped {len(skipped)} invalid line(s) of {path}; the replay runs without them:",
+          file=sys.stderr)
+    for s in skipped[:SKIPPED_SHOWN]:
+        print(f"  {path}:{s.line}: field '{s.field}': {s.rule}" + (f" ({s.detail})" if s.detail else ""), file=sys.stderr)
+    if len(skipped) > SKIPPED_SHOWN:
+        per_rule: dict[str, int] = {}
+        for s in skipped:
+            per_rule[s.rule_key] = per_rule.get(s.rule_key, 0) + 1
+        print(f"  ... and {len(skipped) - SKIPPED_SHOWN} more; per rule: "
+              + "; ".join(f"{n} x {rule}" for rule, n in sorted(per_rule.items(), key=lambda kv: -kv[1])), file=sys.stderr)
+
+
 class _Progress:
     """A rich progress bar on stderr, only when stderr is a terminal."""
 
@@ -174,6 +198,9 @@ class _Progress:
         return lambda done, tot: self.bar.update(tid, completed=done)  # type: ignore[union-attr]
 
 
+#: Written into --out when an interrupt cut a --compare short (names what did not run).
+INCOMPLETE_FILE = "INCOMPLETE.txt"
+
 #: What a forked worker replays (set before the pool forks, so nothing large is pickled).
 _JOB: dict[str, Any] = {}
 
@@ -190,25 +217,37 @@ def _replay_one(name: str) -> tuple[str, Any, str | None]:
 
 
 def _replay_parallel(jobs: int, steps: Any, names: list[str], cluster: Any, config: Any, pins: dict[str, Any],
-                     costs: Any) -> list[tuple[str, Any, str | None]]:
-    """Replay ``names`` in ``jobs`` forked processes. Each policy's run is seeded and independent
-    of the others, so the results equal a sequential replay's; they come back in ``names`` order.
-    The workers inherit ``costs`` (so a ``--calibration`` reaches them too)."""
-    from concurrent.futures import ProcessPoolExecutor
+                     costs: Any, got: list[tuple[str, Any, str | None]]) -> None:
+    """Replay ``names`` in ``jobs`` forked processes, appending each outcome to ``got`` as it
+    finishes (so an interrupt keeps what finished). Each policy's run is seeded and independent
+    of the others, so the results equal a sequential replay's; the caller puts them back in
+    ``names`` order. The workers inherit ``costs`` (so a ``--calibration`` reaches them too). On
+    Ctrl-C the workers are terminated at once (``sim.processes``) and ``KeyboardInterrupt``
+    propagates."""
+    from concurrent.futures import as_completed
+
+    from sim.processes import InterruptiblePool
 
     _JOB.update(steps=steps, cluster=cluster, config=config, pins=pins, costs=costs)
     try:
-        with _Progress() as prog, ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        with _Progress() as prog, InterruptiblePool(jobs, multiprocessing.get_context("fork")) as pool:
             tick = prog.task("policies", len(names))
-            futures = [pool.submit(_replay_one, n) for n in names]
-            out = []
-            for i, f in enumerate(futures):
-                out.append(f.result())
-                if tick:
-                    tick(i + 1, len(names))
-            return out
+            futures = pool.submit_all(_replay_one, names)
+            for i, f in enumerate(as_completed(futures)):
+                got.append(f.result())
+                _finished(got[-1], i + 1, len(names), tick)
     finally:
         _JOB.clear()
+
+
+def _finished(outcome: tuple[str, Any, str | None], done: int, total: int, tick: Any) -> None:
+    """Progress of a --compare: the bar on a terminal, else one line per finished policy on
+    stderr (a log shows how far an interrupted replay got)."""
+    if tick:
+        tick(done, total)
+    elif total > 1:
+        name, _res, err = outcome
+        print(f"[{done}/{total}] {name} {'failed' if err else 'done'}", file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -245,7 +284,9 @@ def run(args: argparse.Namespace) -> int:
     if args.gpus > MAX_GPUS:
         raise UserError(f"--gpus must be an integer in [1, {MAX_GPUS:,}] (the planner searches every split: 13 s at "
                         f"{MAX_GPUS:,} on one core, minutes beyond), got {args.gpus:,}")
-    steps, header = load_steps(args.trace, args.steps, args.lenient)
+    dropped: list[Any] = []
+    steps, header = load_steps(args.trace, args.steps, args.lenient, skipped=dropped)
+    _report_skipped(args.trace, dropped)
     meta = getattr(header, "metadata", {}) or {}
     gpu = args.gpu or meta.get("gpu") or "a800"
     model = _model_name(args.model, getattr(header, "model", None))
@@ -300,25 +341,35 @@ def run(args: argparse.Namespace) -> int:
     failed: list[str] = []
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     outcomes: list[tuple[str, Any, str | None]] = []
-    for k, config in configs.items():
-        run_names = in_class[k]
-        if not run_names:
-            continue
-        jobs = min(args.jobs or cores, len(run_names))
-        if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
-            got = _replay_parallel(jobs, steps, run_names, cluster, config, pins, costs)
-        else:
-            got = []
-            with _Progress() as prog:
-                for name in run_names:
-                    cb = prog.task(name, len(steps))
-                    try:
-                        got.append((name, replay_policy(steps, name, cluster, config, costs=costs, progress=cb, **pins), None))
-                    except (UserError, CostModelError) as exc:
-                        if not args.compare:
-                            raise
-                        got.append((name, None, str(exc)))
-        outcomes += [(f"{n} (K={k})" if len(classes) > 1 else n, r, e) for n, r, e in got]
+    planned = [(k, n) for k, ns in in_class.items() for n in ns]
+    interrupted = False
+    try:
+        for k, config in configs.items():
+            run_names = in_class[k]
+            if not run_names:
+                continue
+            jobs = min(args.jobs or cores, len(run_names))
+            got: list[tuple[str, Any, str | None]] = []
+            try:
+                if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
+                    _replay_parallel(jobs, steps, run_names, cluster, config, pins, costs, got)
+                else:
+                    with _Progress() as prog:
+                        for name in run_names:
+                            cb = prog.task(name, len(steps))
+                            try:
+                                got.append((name, replay_policy(steps, name, cluster, config, costs=costs, progress=cb, **pins), None))
+                            except (UserError, CostModelError) as exc:
+                                if not args.compare:
+                                    raise
+                                got.append((name, None, str(exc)))
+                            if cb is None:
+                                _finished(got[-1], len(got), len(run_names), None)
+            finally:  # an interrupt keeps what finished, in the order of the policy list
+                got.sort(key=lambda o: run_names.index(o[0]))
+                outcomes += [(f"{n} (K={k})" if len(classes) > 1 else n, r, e) for n, r, e in got]
+    except KeyboardInterrupt:
+        interrupted = True
     for name, res, err in outcomes:
         if err is not None:
             # one policy that cannot run this configuration must not hide the others
@@ -326,16 +377,28 @@ def run(args: argparse.Namespace) -> int:
             failed.append(name)
         else:
             results.append(res)
+    missing: list[str] = []
+    if interrupted:
+        done_names = {o[0] for o in outcomes}
+        missing = [m for m in (f"{n} (K={k})" if len(classes) > 1 else n for k, n in planned) if m not in done_names]
+        if not results:
+            print("libra-sim: interrupted before any policy finished; nothing written", file=sys.stderr)
+            return 130
+        print(f"libra-sim: interrupted: writing the {len(results)} {'policy' if len(results) == 1 else 'policies'} that finished, marked INCOMPLETE "
+              f"(not run: {', '.join(missing)})", file=sys.stderr)
     if not results:
         raise UserError(f"no policy could replay this trace ({', '.join(failed)}); see the messages above")
-    console = Console() if sys.stdout.isatty() else Console(width=200)
+    # a terminal: its width (the narrow table fits 80 columns); --wide or a pipe: room for every column
+    console = Console() if sys.stdout.isatty() and not args.wide else Console(width=200)
     n_traj = sum(s.n for s in steps)
     title = f"{os.path.basename(args.trace)}: {len(steps)} steps, {n_traj} trajectories, {args.gpus} x {gpu}, {model}, seed {args.seed}"
     if args.calibration:
         title += f", calibration {os.path.basename(args.calibration)}"
     title += f", engine {costs.ev.engine.name}"
     title += f"; limits: {limits_text}"
-    console.print(report.summary_table(results, title, args.gpus))
+    if interrupted:
+        title = f"INCOMPLETE (interrupted; not run: {', '.join(missing)}): {title}"
+    console.print(report.summary_table(results, title, args.gpus, wide=args.wide))
     if args.per_step or len(results) == 1:
         for r in results:
             console.print(report.steps_table(r))
@@ -354,10 +417,27 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"libra ({r.mode}) vs the best baseline of staleness class K={r.max_staleness}, "
                               f"{best.policy} ({best.mode}): {v:.2f}x ({r.mean_step_s:.1f} s against {best.mean_step_s:.1f} s per step)")
     if args.json:
-        report.write_json(args.json, report.json_summary(results, args.trace, args.gpus, gpu, model, by_class=len(classes) > 1))
+        doc = report.json_summary(results, args.trace, args.gpus, gpu, model, by_class=len(classes) > 1)
+        doc["complete"] = not interrupted
+        if interrupted:
+            doc["not_run"] = missing
+        report.write_json(args.json, doc)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
         report.write_csv(os.path.join(args.out, "steps.csv"), results)
-        paths = report.write_plots(args.out, results)
-        console.print(f"wrote {os.path.join(args.out, 'steps.csv')} and {', '.join(os.path.basename(p) for p in paths)}")
+        marker = os.path.join(args.out, INCOMPLETE_FILE)
+        if interrupted:
+            # the plots take seconds (matplotlib): an interrupted replay writes its numbers and goes
+            with open(marker, "w", encoding="utf-8") as f:
+                f.write(f"INCOMPLETE: libra-sim replay was interrupted. steps.csv holds the {len(results)} "
+                        f"{'policy' if len(results) == 1 else 'policies'} that finished; not run: {', '.join(missing)}. No plots were drawn (any PNG here is from an earlier "
+                        "run); rerun the command for the whole comparison.\n")
+            console.print(f"wrote {os.path.join(args.out, 'steps.csv')} and {INCOMPLETE_FILE} (INCOMPLETE: interrupted; no plots)")
+        else:
+            if os.path.exists(marker):
+                os.remove(marker)  # an earlier interrupted run's marker: this run is whole
+            paths = report.write_plots(args.out, results)
+            console.print(f"wrote {os.path.join(args.out, 'steps.csv')} and {', '.join(os.path.basename(p) for p in paths)}")
+    if interrupted:
+        return 130
     return 1 if failed else 0

@@ -3,7 +3,9 @@
 The grid file is validated completely before anything runs (bad input: one line naming the file,
 key path and rule; exit 2). Runs already in ``DIR/cache/`` (same configuration hash) are not
 computed again. Exit status 0 when every run succeeded, 1 when some failed (they are listed in
-``DIR/summary.md``; a loss of the subject is a result, not a failure).
+``DIR/summary.md``; a loss of the subject is a result, not a failure). Ctrl-C stops the workers
+at once and writes the configurations that finished, marked INCOMPLETE (exit 130); every finished
+run is already in the cache, so the same command picks up where it stopped.
 """
 
 from __future__ import annotations
@@ -93,30 +95,46 @@ def run(args: argparse.Namespace) -> int:
     traces = prepare_traces(grid, args.out, to_run)
     tasks = make_tasks(to_run, todo, traces, code)
 
-    with Progress(len(tasks), quiet=args.quiet) as prog:
-        def sink(task: Any, recs: list[dict[str, Any]]) -> None:
-            for r in recs:
-                if not r.get("transient"):
-                    cache.put(r["hash"], r)
-                records[(task.config.id, r["policy"])] = dict(r, cached=False)
-            prog.advance(task.config.id, recs)
+    interrupted = False
+    try:
+        with Progress(len(tasks), quiet=args.quiet) as prog:
+            def sink(task: Any, recs: list[dict[str, Any]]) -> None:
+                for r in recs:
+                    if not r.get("transient"):
+                        cache.put(r["hash"], r)  # at once: an interrupted sweep keeps every finished run
+                    records[(task.config.id, r["policy"])] = dict(r, cached=False)
+                prog.advance(task.config.id, recs)
 
-        if args.ray is not None:
-            execute_ray(tasks, args.ray, sink)
-        else:
-            execute_local(tasks, args.jobs or default_jobs(), sink)
-    configs = [_config_row(c, {p: records[(c.id, p)] for p in c.policies}) for c in grid.configurations]
+            if args.ray is not None:
+                execute_ray(tasks, args.ray, sink)
+            else:
+                execute_local(tasks, args.jobs or default_jobs(), sink)
+    except KeyboardInterrupt:
+        interrupted = True
+    whole = [c for c in grid.configurations if all((c.id, p) in records for p in c.policies)]
+    configs = [_config_row(c, {p: records[(c.id, p)] for p in c.policies}) for c in whole]
+    computed = sum(not r.get("cached") for r in records.values())
+    if interrupted:
+        left = n_runs - sum(len(c.policies) for c in whole)
+        print(f"libra-sim: interrupted: {len(whole)} of {len(grid.configurations)} configurations finished; their results "
+              f"are written (INCOMPLETE) and every finished run is cached in {os.path.join(args.out, 'cache')}; rerun the "
+              f"same command for the {left} runs left", file=sys.stderr)
     dirty = _git("status", "--porcelain", "--untracked-files=no")
     meta = {"grid": args.grid, "grid_name": grid.name, "code_key": code, "code_root": _code_root(), "commit": _git("rev-parse", "HEAD"),
-            "dirty": bool(dirty), "subject": grid.subject, "baselines": list(grid.baselines), "computed_runs": n_todo,
+            "dirty": bool(dirty), "subject": grid.subject, "baselines": list(grid.baselines), "computed_runs": computed,
             "cached_runs": n_runs - n_todo, "wall_s": round(time.perf_counter() - t0, 1),
             "executor": f"ray {args.ray}" if args.ray is not None else f"local, {args.jobs or default_jobs()} jobs"}
+    if interrupted:
+        meta["incomplete"] = f"{len(whole)} of {len(grid.configurations)} configurations finished"
     comps, tot = write_outputs(args.out, meta, configs, grid.policies, grid.subject, grid.baselines)
     o = tot.outcomes
     worst = f"{tot.worst_ratio:.3f} ({tot.worst_config})" if tot.worst_ratio is not None else "n/a"
     print(f"SIMULATED {grid.subject} vs best baseline of its class over {len(comps)} configurations: {o['win']} wins, "
           f"{o['tie']} ties, {o['loss']} losses, {o['subject-failed']} {grid.subject} failed, {o['no-baseline']} without a "
-          f"baseline; worst ratio {worst}; {tot.failed_runs} of {tot.runs} runs failed; computed {n_todo} runs in "
+          f"baseline; worst ratio {worst}; {tot.failed_runs} of {tot.runs} runs failed; computed {computed} runs in "
           f"{meta['wall_s']} s")
-    print(f"wrote {', '.join(os.path.join(args.out, f) for f in ('results.csv', 'results.json', 'summary.md'))}")
+    print(f"wrote {', '.join(os.path.join(args.out, f) for f in ('results.csv', 'results.json', 'summary.md'))}"
+          + (" (INCOMPLETE: interrupted)" if interrupted else ""))
+    if interrupted:
+        return 130
     return 1 if tot.failed_runs else 0

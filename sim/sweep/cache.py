@@ -28,7 +28,7 @@ SCHEMA_VERSION = 1
 #: Packages whose code decides a replay's numbers.
 CODE_TREES: tuple[str, ...] = ("cost_models", "libra", "sim")
 #: Parts of them (package-relative paths) that cannot change a replay's numbers.
-CODE_EXCLUDED: tuple[str, ...] = ("libra/runtime", "sim/sweep", "sim/commands", "sim/cli.py", "sim/report.py")
+CODE_EXCLUDED: tuple[str, ...] = ("libra/runtime", "sim/sweep", "sim/commands", "sim/cli.py", "sim/report.py", "sim/processes.py")
 #: Bundled data files that enter the code key (calibrations, engine profiles, measured tables).
 DATA_SUFFIXES: tuple[str, ...] = (".json", ".csv", ".yaml")
 

@@ -387,6 +387,10 @@ def load_grid(path: str) -> Grid:
             data = yaml.safe_load(f)
     except OSError as exc:
         raise UserError(f"{path}: cannot read the grid file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:  # a gzip, a trace, any binary file given as the grid
+        kind = "a gzip file" if exc.object[:2] == b"\x1f\x8b" else "not UTF-8 text"
+        raise UserError(f"{path}: byte {exc.start}: {kind}, not a YAML grid file (docs/simulator.md, 'Sweeps'; e.g. "
+                        "experiments/grids/ci_small.yaml)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "(yaml)"

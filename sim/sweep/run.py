@@ -21,11 +21,12 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from typing import Any
 
 from libra.errors import UserError
+from sim.processes import InterruptiblePool
 from sim.sweep.cache import code_key, workload_key
 from sim.sweep.grid import Configuration, GeneratedWorkload, Grid, TraceWorkload
 
@@ -201,7 +202,8 @@ def execute_local(tasks: Sequence[Task], jobs: int, sink: Sink) -> None:
     """Run ``tasks`` in ``jobs`` processes (forked where the platform can, so workers share the
     imported code of this moment; ``jobs`` 1: in this process). ``sink`` gets each task's records
     as it finishes, in completion order. A worker that dies fails its task's runs (transient: not
-    cached), the other tasks go on."""
+    cached), the other tasks go on. On Ctrl-C the workers are terminated without waiting and
+    ``KeyboardInterrupt`` propagates (what ``sink`` got is kept)."""
     if jobs <= 1 or len(tasks) <= 1:
         for t in tasks:
             sink(t, run_task(t))
@@ -214,8 +216,10 @@ def execute_local(tasks: Sequence[Task], jobs: int, sink: Sink) -> None:
     import libra.policies  # noqa: F401
 
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=ctx) as pool:
-        futures: dict[Future[list[dict[str, Any]]], Task] = {pool.submit(run_task, t): t for t in tasks}
+    # Ctrl-C: the workers are terminated at once (sim.processes) and KeyboardInterrupt reaches the
+    # command, which writes what finished; every finished task is already in the cache (sink)
+    with InterruptiblePool(min(jobs, len(tasks)), ctx) as pool:
+        futures: dict[Future[list[dict[str, Any]]], Task] = dict(zip(pool.submit_all(run_task, tasks), tasks))
         for f in as_completed(futures):
             t = futures[f]
             try:

@@ -143,6 +143,8 @@ def render_markdown(meta: Mapping[str, Any], configs: Sequence[Mapping[str, Any]
              f"Every number below is SIMULATED (`libra-sim`, cost model + seeded noise), not measured. Grid "
              f"`{meta['grid']}`, code key `{meta['code_key']}`, commit `{meta.get('commit') or 'unknown (not a git checkout: ' + str(meta.get('code_root')) + ')'}`"
              f"{' (working tree had uncommitted changes)' if meta.get('dirty') else ''}.", "",
+             *([f"**INCOMPLETE**: the sweep was interrupted; {meta['incomplete']}. Rerun the same command: the finished "
+                "runs are cached.", ""] if meta.get("incomplete") else []),
              f"`{subject}` against the best baseline of the same staleness class ({', '.join(meta['baselines'])}), by "
              f"throughput (generated tokens per simulated second; same steps for every policy): win > +{TIE_TOLERANCE:.0%}, "
              f"loss < -{TIE_TOLERANCE:.0%}, else tie.", "",

@@ -2,7 +2,7 @@
 
 One generative model (``engine.py``) serves all workloads; a workload is a set of defaults for
 these parameters (``swe.py``, ``search.py``, ``math_tool.py``), each default citing the line of
-shared/reference/workloads.md it was calibrated to (``source`` metadata) or saying it was
+docs/reference/workloads.md it was calibrated to (``source`` metadata) or saying it was
 chosen where the reference is silent. Field docs live in ``metadata["doc"]`` so the CLI help and
 the README can print them without repeating them by hand.
 """

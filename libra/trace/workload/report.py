@@ -262,7 +262,7 @@ def regen_command(path: str | os.PathLike[str]) -> str:
     if meta.get("first_step"):
         parts.append(f"--first-step {meta['first_step']}")
     parts += [f"--param {k}={v}" for k, v in meta["params"].items() if defaults.get(k) != v]
-    parts.append(f"-o {os.path.join(os.path.basename(os.path.dirname(os.path.abspath(path))), os.path.basename(path))}")
+    parts.append(f"--force -o {os.path.join(os.path.basename(os.path.dirname(os.path.abspath(path))), os.path.basename(path))}")
     return " ".join(parts)
 
 

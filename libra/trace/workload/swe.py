@@ -3,7 +3,7 @@
 An agent edits a repository through ``bash`` calls in a sandbox until it submits. Turns are
 many (a median near 20 under a 50-step limit) and heavy-tailed; tool returns (file dumps, test
 output) are large; commands take seconds with a heavy tail and occasional 60 s timeouts; hard
-tasks hit the 32K context cap. Sources are lines of shared/reference/workloads.md.
+tasks hit the 32K context cap. Sources are lines of docs/reference/workloads.md.
 """
 
 from __future__ import annotations

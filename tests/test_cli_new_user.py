@@ -1,0 +1,139 @@
+"""What a new user hit (issue 21, items 2-5): plans refused without a trace, inputs overwritten,
+dropped lines not reported, tracebacks instead of one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sim.cli import main
+
+
+# --- item 2: libra-sim plan without a trace ------------------------------------------------------
+
+@pytest.mark.parametrize("model,gpus", [("qwen3-32b", 16), ("llama-3.1-70b", 64)])
+def test_plan_without_a_trace_falls_back_to_a_context_that_fits(capsys: pytest.CaptureFixture[str], model: str,
+                                                                 gpus: int) -> None:
+    # the 65,536-token prior fits neither; the documented 32K/16K/8K/4K fallback does
+    assert main(["plan", "--gpus", str(gpus), "--gpu", "h100", "--model", model, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["assumed_max_context"] == 32768
+    assert "32,768-token contexts" in doc["limits"] and "--max-context" in doc["limits"]
+
+
+def test_plan_that_fits_nothing_names_max_context(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--gpus", "8", "--gpu", "h100", "--model", "llama-3.1-70b"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--max-context" in err and "Traceback" not in err
+
+
+def test_plan_with_a_declared_limit_that_does_not_fit_names_max_context(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--gpus", "16", "--gpu", "h100", "--model", "qwen3-32b", "--max-context", "65536"]) == 2
+    assert "--max-context" in capsys.readouterr().err
+
+
+def test_a_colocated_plan_prints_colocated_not_two_full_pools(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--gpus", "64", "--gpu", "h100", "--model", "qwen3-14b"]) == 0
+    out = capsys.readouterr().out
+    assert "split: colocated: rollout and training time-share all 64 GPUs" in out
+    assert "64 rollout GPUs, 64 training GPUs" not in out
+    assert main(["plan", "--gpus", "64", "--gpu", "h100", "--model", "qwen3-14b", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["split"]["colocated"] is True
+
+
+# --- item 3: never overwrite an input; replace an output only with --force -----------------------
+
+FIXTURES = Path(__file__).parent / "fixtures"
+_GEN = ["gen", "--workload", "math", "--steps", "1", "--batch", "4", "--group-size", "2"]
+
+
+def test_gen_refuses_an_existing_file_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "t.jsonl"
+    out.write_text("my trace\n")
+    assert main([*_GEN, "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "exists; pass --force" in err and err.count("\n") == 1
+    assert out.read_text() == "my trace\n"  # untouched
+    assert main([*_GEN, "-o", str(out), "--force"]) == 0
+    assert out.read_text().startswith('{"type": "header"') or out.read_text().startswith('{"type":"header"')
+
+
+def test_convert_never_writes_over_its_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "conversations.jsonl"
+    original = (FIXTURES / "openai_chat" / "conversations.jsonl").read_bytes()
+    log.write_bytes(original)
+    for extra in ([], ["--force"]):  # --force replaces an old output, never the input
+        assert main(["convert", "--from", "openai-chat", str(log), "-o", str(log), "--tokenizer", "estimate", *extra]) == 2
+        assert "the input" in capsys.readouterr().err
+        assert log.read_bytes() == original
+    # the same file by another name, and a file inside an input folder
+    assert main(["convert", "--from", "openai-chat", str(tmp_path / "." / log.name), "-o", str(log), "--force",
+                 "--tokenizer", "estimate"]) == 2
+    assert main(["convert", "--from", "openai-chat", str(tmp_path), "-o", str(log), "--force", "--tokenizer", "estimate"]) == 2
+    assert log.read_bytes() == original
+    out = tmp_path / "sub" / "t.jsonl"
+    assert main(["convert", "--from", "openai-chat", str(log), "-o", str(out), "--tokenizer", "estimate"]) == 0
+    assert main(["convert", "--from", "openai-chat", str(log), "-o", str(out), "--tokenizer", "estimate"]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["convert", "--from", "openai-chat", str(log), "-o", str(out), "--tokenizer", "estimate", "--force"]) == 0
+
+
+# --- item 4: replay --lenient reports the lines it drops ----------------------------------------
+
+def test_replay_lenient_reports_every_dropped_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_sim_replay_cli import _trace
+
+    tr = _trace(tmp_path / "t.jsonl", steps=2, n=16)
+    lines = tr.read_text().splitlines()
+    lines[3] = lines[3].replace('"prompt_tokens": ', '"prompt_tokens": -')  # line 4: a negative count
+    lines[20] = "{not json"  # line 21
+    tr.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "r.json"
+    assert main(["replay", str(tr), "--gpus", "16", "--policy", "verl-static-uniform", "--lenient", "--json", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "skipped 2 invalid line(s)" in err
+    assert f"{tr}:4: field 'prompt_tokens'" in err and f"{tr}:21: " in err
+    assert json.loads(out.read_text())["policies"]["verl-static-uniform"]["expected"] == 30
+
+
+# --- item 5: one-line errors instead of tracebacks, and a decode that cannot fit ---------------
+
+def test_predict_decode_refuses_a_kv_cache_that_does_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
+    from cost_models.cli import main as calibrate
+
+    argv = ["predict", "decode", "--gpu", "h100", "--model", "qwen3-32b", "--tp", "1", "--batch", "256", "--context", "32768"]
+    assert calibrate(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not fit" in err and "8,388,608 KV tokens" in err and "would fit: batch <=" in err
+    assert calibrate([*argv, "--ignore-memory", "--json"]) == 0  # asked for anyway: a time
+    assert json.loads(capsys.readouterr().out)["ms"] > 0
+    assert calibrate(["predict", "decode", "--gpu", "h100", "--model", "qwen3-32b", "--tp", "4", "--batch", "64",
+                      "--context", "4096", "--json"]) == 0  # one that fits still answers
+
+
+def test_calibrate_report_checks_its_output_folder_before_the_work(capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from cost_models.calibration import report as rep
+    from cost_models.cli import main as calibrate
+
+    def no_work(*a: object, **k: object) -> None:
+        raise AssertionError("the report ran before its --out was checked")
+
+    monkeypatch.setattr(rep, "run_report", no_work)
+    for extra in ([], ["--engine"]):
+        assert calibrate(["report", "--out", "/proc/rep", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--out /proc/rep: cannot write there" in err
+
+
+def test_sweep_of_a_binary_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import gzip
+
+    path = tmp_path / "grid.yaml.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("name: x\n")
+    assert main(["sweep", str(path), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "Traceback" not in err
