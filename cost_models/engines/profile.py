@@ -130,25 +130,25 @@ class EngineProfile:
         return None
 
     def extrapolation(self, tps: Any = (), max_batch: int | None = None) -> list[str]:
-        """In words, where a prediction at TP degrees ``tps`` and up to ``max_batch`` sequences
+        """In words, where a prediction at TP degrees ``tps`` and about ``max_batch`` sequences
         per iteration rests on this profile outside what it was fitted on: a TP degree outside
         the measured range (its TP speed-up is the model's, not a measurement) or a batch above
         the largest measured. Empty when inside, or when the profile records no range (then one
         line says so)."""
         measured = self.measured_tps
         if not measured:
-            return [f"engine profile {self.name!r} records no measured TP range (not fitted on runs): its TP speed-ups "
+            return [f"the engine profile {self.name} records no measured TP range (not fitted on runs): its TP speed-ups "
                     "are assumptions"]
         out = []
         lo, hi = measured[0], measured[-1]
         outside = sorted({int(t) for t in tps if int(t) < lo or int(t) > hi})
         rng = f"{lo}-{hi}" if lo != hi else f"{lo}"
         for t in outside:
-            out.append(f"rollout TP {t} is outside the engine profile {self.name!r}'s measured TP {rng}: its TP speed-up "
+            out.append(f"rollout TP {t} is outside the engine profile {self.name}'s measured TP {rng}: its TP speed-up "
                        "is extrapolated")
         b = self.measured_batches
         if b is not None and max_batch is not None and max_batch > b[1]:
-            out.append(f"up to {max_batch} sequences per iteration is above the engine profile {self.name!r}'s largest "
+            out.append(f"about {max_batch} running sequences per instance is above the engine profile {self.name}'s largest "
                        f"measured batch {b[1]}: its per-sequence cost is extrapolated")
         return out
 

@@ -112,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     plan = planner.to_plan(res)
     doc = _as_dict(cluster, plan, len(history), len(prompts))
     doc["limits"] = limits_text
+    doc["extrapolation"] = planner.ev.engine_extrapolation(sorted({i.tp for i in plan.instances}),  # type: ignore[attr-defined]
+                                                           -(-len(prompts) // max(1, len(plan.instances))))
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -171,5 +173,7 @@ def _print(d: dict[str, Any]) -> None:
         f"node {n}: " + ", ".join(f"{k} x TP{tp}" for tp, k in sorted(cnt.items())) for n, cnt in sorted(per_node.items())))
     print(f"predicted: rollout {p['rollout_s']:.1f} s (load {p['rollout_load_s']:.1f}, tail critical path "
           f"{p['rollout_critical_path_s']:.1f}), train {p['train_s']:.1f} s, sync {p['sync_s']:.2f} s, step {p['step_s']:.1f} s")
+    for line in d.get("extrapolation", []):
+        print(f"extrapolation: {line}")
     if d.get("loop_step_s"):
         print("step by loop (this split): " + ", ".join(f"{k} {v:.1f} s" for k, v in d["loop_step_s"].items()))
