@@ -71,3 +71,36 @@ def test_plan_says_where_its_prediction_is_extrapolated(tmp_path: Path, capsys: 
     path = wide.save(tmp_path / "wide.json")
     assert sim_main([*args, "--engine", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["extrapolation"] == []
+
+
+# ---- the diagnostics behind docs/cost-model.md ("One model at several TP degrees", "TP-scaling structure")
+def _experiment(name: str):  # type: ignore[no-untyped-def]
+    import importlib
+    import sys
+
+    exp = str(Path(__file__).resolve().parents[1] / "experiments")
+    if exp not in sys.path:
+        sys.path.insert(0, exp)
+    return importlib.import_module(name)
+
+
+def test_tp_structure_check_backs_the_documented_decision() -> None:
+    """Leave-one-family-out: the shipping term choice never takes a TP-growing all-reduce latency
+    for vLLM (held-out error unchanged), forced in it moves the error by under a point, and no
+    structure fitted on TP 1-4 comes near the issue's measured 1.22x TP2->TP8 (why the plan flags TP 8)."""
+    mod = _experiment("engine_tp_structure")
+    table, case = mod.evaluate(engines=("vLLM",))  # TensorRT-LLM's rows: the same check, run by the script
+    overall = {r["structure"]: r["speedup_err_pct"] for r in table if r["family"] == "all (held out)"}
+    assert overall["profile"] == pytest.approx(5.4, abs=0.05)
+    for s in ("ring", "log"):
+        assert overall[s] == pytest.approx(overall["profile"], abs=1e-9)
+    for s in mod.STRUCTURES:
+        assert abs(overall[s] - overall["profile"]) < 1.0, s
+    assert all(c["speedup"] > 2.0 for c in case)
+    assert "| vLLM | profile |" in mod.to_markdown(table, case)
+
+
+def test_one_model_fits_of_the_bench_predict_the_other_models() -> None:
+    rs = _experiment("engine_one_model").evaluate(engines=("vLLM",))
+    assert len(rs) == 7 and {tuple(r["not_identifiable"]) for r in rs} == {(), ("per_worker_s",), ("per_collective_s",)}
+    assert all(r["others_speedup"] < 10.0 for r in rs)
