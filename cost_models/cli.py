@@ -163,7 +163,8 @@ def _print_fit(f: object, out: Path) -> None:
     print(f"  held out ({by}): request MAPE {pct(cv['mape_pct'])}, median TP speed-up error "
           f"{pct(cv['speedup_err_median_pct'])} (in-sample {pct(ins['mape_pct'])}, {pct(ins['speedup_err_median_pct'])})")
     m = src["measured"]
-    print(f"  measured: TP {', '.join(map(str, m['tp']))}, batch {m['batch'][0]}-{m['batch'][1]}, {', '.join(m['gpus'])} "
+    batch = f"{m['batch'][0]}" if m["batch"][0] == m["batch"][1] else f"{m['batch'][0]}-{m['batch'][1]}"
+    print(f"  measured: TP {', '.join(map(str, m['tp']))}, batch {batch}, {', '.join(m['gpus'])} "
           "(predictions outside these are extrapolations; libra-sim plan says so)")
     for t, d in src["not_identifiable"].items():
         kept = f"{d['kept']:.3f}" if t == "kernel_scale" else f"{d['kept'] * 1e6:.1f} us"

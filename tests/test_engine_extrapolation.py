@@ -30,7 +30,11 @@ def test_bundled_profiles_record_their_measured_range_and_say_what_is_outside() 
         assert "256 running sequences" in line and "largest measured batch 64" in line
     # not fitted on runs: nothing is measured, and it says so
     (line,) = get_profile("constants").extrapolation([1])
-    assert "records no measured TP range" in line
+    assert "not fitted on TP-scaling runs: its TP speed-ups are assumptions" in line
+    # fitted before profiles recorded their range
+    old = get_profile("vllm-2024").with_terms(source={"rows": 453})
+    (line,) = old.extrapolation([1])
+    assert "records no measured TP range (refit it" in line
 
 
 def test_a_profile_fitted_up_to_tp8_does_not_flag_tp8() -> None:

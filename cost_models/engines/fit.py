@@ -217,19 +217,23 @@ def _cause(term: str, feat: Features, partners: Sequence[str]) -> str:
         return ("every request has the same output length and no decode batch runs eagerly, so launch gaps paid once "
                 "per request (the prefill) move with the per-iteration cost; vary output_len or measure batches above "
                 "the CUDA-graph limit")
+    batches = sorted({r.batch for r in feat.rows})
+    if term == "per_seq_s" and len(batches) == 1:
+        return (f"every row runs batch {batches[0]}, so a cost per sequence is a cost per iteration; "
+                "measure two or more batch sizes")
     if term == "kernel_scale":
         return "the kernel time moves with the per-iteration terms in these rows; vary batch and lengths"
     return ""
 
 
 def identifiability(feat: Features, priority: Sequence[str] = ()) -> Identifiability:
-    """Greedy, in the order ``REQUIRED``, kernel scale, ``priority`` (a base profile's fitted
-    terms), then the rest of ``TERMS``: a quantity is identifiable when its column is farther
+    """Greedy, in the order ``REQUIRED``, ``priority`` (a base profile's fitted terms), the
+    kernel scale, then the rest of ``TERMS``: a quantity is identifiable when its column is farther
     than ``COLLINEAR_TOL`` (relative) from the span of those already accepted. The accepted set
     has full column rank, so each of its coefficients is unique given the others; a rejected
     term's coefficient is not (any value fits as well, the accepted ones absorbing it)."""
     cols = _columns(feat)
-    order = list(dict.fromkeys([*REQUIRED, "kernel_scale", *[t for t in priority if t in TERMS], *TERMS]))
+    order = list(dict.fromkeys([*REQUIRED, *[t for t in priority if t in TERMS], "kernel_scale", *TERMS]))
     accepted: list[str] = []
     why: dict[str, str] = {}
     basis = np.zeros((len(feat.rows), 0))
@@ -253,7 +257,7 @@ def identifiability(feat: Features, priority: Sequence[str] = ()) -> Identifiabi
             contrib = np.abs(coef) * np.linalg.norm(basis, axis=0) / na
             partners = [accepted[i] for i in np.argsort(-contrib) if contrib[i] > 0.01]
             cause = _cause(q, feat, partners)
-            why[q] = (f"its count is a fixed combination of {' and '.join(partners) or 'the fitted terms'}' counts in these rows"
+            why[q] = (f"in these rows it is paid in fixed proportion to {' and '.join(partners) or 'the fitted terms'}"
                       + (f": {cause}" if cause else ""))
             continue
         accepted.append(q)

@@ -137,8 +137,10 @@ class EngineProfile:
         line says so)."""
         measured = self.measured_tps
         if not measured:
-            return [f"the engine profile {self.name} records no measured TP range (not fitted on runs): its TP speed-ups "
-                    "are assumptions"]
+            if "rows" in self.source:  # fitted before profiles recorded their range
+                return [f"the engine profile {self.name} records no measured TP range (refit it with `libra-calibrate "
+                        "fit-engine` to record one): its TP speed-ups may be extrapolated"]
+            return [f"the engine profile {self.name} is not fitted on TP-scaling runs: its TP speed-ups are assumptions"]
         out = []
         lo, hi = measured[0], measured[-1]
         outside = sorted({int(t) for t in tps if int(t) < lo or int(t) > hi})
