@@ -22,7 +22,9 @@ TP speed-ups (over the lowest TP measured for the same GPU, batch and lengths) a
 latencies are scored. ``ring (forced)`` / ``log (forced)`` always include the new term (no
 selection), which shows what the data say of it when it must be used. Also printed, not used to
 choose: each structure's prediction for the issue's batch-1 Llama-2-70B H100 TP2->TP8 case (the
-bench has TP 1-4 only). A structure is adopted only if its held-out error drops.
+bench has TP 1-4 only), and each engine's fit on the OTHER engine's rows (leave-one-engine-out: a
+profile applied to an engine it was not fitted on, the issue's "other engines"). A structure is
+adopted only if its held-out error drops.
 """
 
 from __future__ import annotations
@@ -131,10 +133,13 @@ def evaluate(root: Any = None, engines: Sequence[str] = ENGINES) -> tuple[list[d
     spec = get_model(bundled_config(model))
     probe = F.features([Measurement(spec, gpu, tp, batch, length, length, "latency", 1.0) for tp in (lo, hi)])
     table, case = [], []
+    data: dict[str, Any] = {}
+    fits: dict[tuple[str, str], tuple[list[int], bool, float, np.ndarray]] = {}
     for engine in engines:
         rows, _ = read_measurements(path, only_engine=engine, skip_unknown=True)
         rows, _ = F.screen(rows)
         feat = F.features(rows)
+        data[engine] = (rows, feat)
         fams = np.array([family(r.model_name) for r in rows])
         for structure in STRUCTURES:
             C, names = design(feat, structure)
@@ -157,11 +162,20 @@ def evaluate(root: Any = None, engines: Sequence[str] = ENGINES) -> tuple[list[d
             table.append({"engine": engine, "structure": structure, "family": "all (held out)", "rows": len(rows),
                           "speedup_rows": len(all_sp), "speedup_err_pct": float(np.median(all_sp)),
                           "mape_pct": float(np.mean(all_ape)), "terms": []})
-            cols, fs, s, c = choose_and_fit(feat.kernel_s, C, feat.value, rows, names, forced)
+            cols, fs, s, c = fits[(engine, structure)] = choose_and_fit(feat.kernel_s, C, feat.value, rows, names, forced)
             Cp, _ = design(probe, structure)
             p = s * probe.kernel_s + Cp[:, cols] @ c
             case.append({"engine": engine, "structure": structure, "speedup": float(p[0] / p[1]),
                          "terms": {names[j]: float(v) for j, v in zip(cols, c)}, "kernel_scale": s})
+    # leave-one-ENGINE-out: each engine's fit (all its rows) on the other engine's rows
+    for entry in case:
+        for other in [e for e in engines if e != entry["engine"]]:
+            rows, feat = data[other]
+            cols, fs, s, c = fits[(entry["engine"], entry["structure"])]
+            C, _ = design(feat, entry["structure"])
+            pred = s * feat.kernel_s + C[:, cols] @ c
+            sc = F.score(rows, pred, feat.value)
+            entry["other_engine"] = {"engine": other, "speedup_err_pct": sc.speedup_err, "mape_pct": sc.mape}
     return table, case
 
 
@@ -183,10 +197,14 @@ def to_markdown(table: list[dict[str, Any]], case: list[dict[str, Any]]) -> str:
     model, gpu, batch, length, lo, hi, measured = ISSUE_CASE
     lines += ["", f"Not used to choose: {model} on {gpu}, batch {batch}, {length}/{length}, TP{lo} -> TP{hi} speed-up "
               f"(issue 17: measured {measured}x; the bench has TP 1-4), each structure fitted on all of its engine's rows:", "",
-              "| engine | structure | predicted TP{lo}->TP{hi} | terms (us) |".format(lo=lo, hi=hi), "|---|---|---:|---|"]
+              "| engine | structure | predicted TP{lo}->TP{hi} | terms (us) | on the other engine's rows: speed-up / MAPE |"
+              .format(lo=lo, hi=hi), "|---|---|---:|---|---:|"]
     for c in case:
         terms = ", ".join(f"{k} {v * 1e6:.1f}" for k, v in c["terms"].items() if v > 0)
-        lines.append(f"| {c['engine']} | {c['structure']} | {c['speedup']:.2f}x | {terms}; kernel_scale {c['kernel_scale']:.3f} |")
+        o = c.get("other_engine")
+        other = "-" if o is None else f"{pct(o['speedup_err_pct'])} / {pct(o['mape_pct'])}"
+        lines.append(f"| {c['engine']} | {c['structure']} | {c['speedup']:.2f}x | {terms}; kernel_scale {c['kernel_scale']:.3f} "
+                     f"| {other} |")
     return "\n".join(lines) + "\n"
 
 
