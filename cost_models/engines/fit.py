@@ -482,19 +482,20 @@ def fit_profile(rows: Sequence[Measurement], name: str, engine: str = "", descri
         if t in ident.why_not:
             raise CostModelError(f"{t} is not identifiable from these rows ({ident.why_not[t]}); leave it out of --terms "
                                  f"and it keeps {base.name}'s value")
-    if (terms is None or fit_scale is None) and groups is not None:
-        ranked = candidates(feat, ident.terms, (False, True) if ident.scale else (False,), groups, prior)
-        pick = [c for c in ranked if (terms is None or c.terms == tuple(terms))
-                and (fit_scale is None or c.fit_scale == fit_scale)][0]
-    else:
+    scales = [fit_scale] if fit_scale is not None else ([False, True] if ident.scale else [False])
+    if terms is None and groups is not None:
+        ranked = candidates(feat, ident.terms, scales, groups, prior)
+    else:  # the terms given, or (nothing to hold out) every identifiable one; the kernel scale as given or identified
         t = tuple(terms) if terms is not None else ident.terms
-        fs = fit_scale if fit_scale is not None else ident.scale
-        pr = prior_for(feat, t, fs, prior)[0]
-        cv = score(feat.rows, lomo_predictions(feat, t, fs, groups, pr), feat.value) if groups is not None \
-            else Score(float("nan"), float("nan"), len(rows), 0)
-        s, c = solve(feat, t, fs, pr)
-        pick = Candidate(t, fs, cv, score(feat.rows, predict(feat, s, c), feat.value), pr)
-        ranked = [pick]
+        ranked = []
+        for fs in (scales if groups is not None else [ident.scale if fit_scale is None else fit_scale]):
+            pr = prior_for(feat, t, fs, prior)[0]
+            cv = score(feat.rows, lomo_predictions(feat, t, fs, groups, pr), feat.value) if groups is not None \
+                else Score(float("nan"), float("nan"), len(rows), 0)
+            s, c = solve(feat, t, fs, pr)
+            ranked.append(Candidate(t, fs, cv, score(feat.rows, predict(feat, s, c), feat.value), pr))
+        ranked.sort(key=lambda c: (round(c.cv.objective, 6) if np.isfinite(c.cv.objective) else 0.0, c.fit_scale))
+    pick = ranked[0]
     prior, lowered = prior_for(feat, pick.terms, pick.fit_scale, prior, base.name)
     scale, coefs = solve(feat, pick.terms, pick.fit_scale, prior)
     resid = predict(feat, scale, coefs) / feat.value - 1.0
@@ -507,7 +508,8 @@ def fit_profile(rows: Sequence[Measurement], name: str, engine: str = "", descri
         "measured": measured_range(rows),
         "terms_fitted": list(pick.terms) + (["kernel_scale"] if pick.fit_scale else []),
         "term_selection": (f"{cv_by} over every subset of the identifiable terms (objective: MAPE + median TP speed-up error)"
-                           if len(ranked) > 1 else "given (--terms), or every identifiable term (nothing to hold out)"),
+                           if terms is None and groups is not None
+                           else "given (--terms)" if terms is not None else "every identifiable term (nothing to hold out)"),
         "base_profile": base.name,
         "not_identifiable": {q: {"why": why + (f"; {lowered[q]}" if q in lowered else ""), "kept": round(float(kept[q]), 12),
                                  "from": base.name} for q, why in ident.why_not.items()},
