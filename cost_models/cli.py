@@ -106,6 +106,9 @@ def _add_fit_engine(p: argparse.ArgumentParser) -> None:
                                    "(step_s, per_seq_s, per_worker_s, per_collective_s, per_layer_s)")
     p.add_argument("--kernel-scale", choices=("auto", "fit", "fixed"), default="auto",
                    help="fit a multiplicative kernel scale (fit), keep it 1 (fixed), or let cross-validation choose (auto)")
+    p.add_argument("--base", metavar="NAME|FILE", default=None,
+                   help="profile whose values the terms your rows cannot identify keep (default: the default profile, "
+                        "vllm-2024); e.g. runs of one model at TP 1 and 2 cannot separate per-worker from per-all-reduce cost")
     p.add_argument("--rebuild-bundled", action="store_true",
                    help="refit every bundled profile (cost_models/data/engines) from the measured data it came from")
     p.add_argument("--data-root", help="with --rebuild-bundled: the measured-data root (default: the bundled copy)")
@@ -126,21 +129,24 @@ def _run_fit_engine(args: argparse.Namespace) -> int:
         if scale is None:
             scale = False
     if args.rebuild_bundled:
-        if args.measurements or args.output:
-            raise CostModelError("--rebuild-bundled takes no MEASUREMENTS.csv or -o (it rewrites cost_models/data/engines)")
+        if args.measurements or args.output or args.base:
+            raise CostModelError("--rebuild-bundled takes no MEASUREMENTS.csv, -o or --base (it rewrites cost_models/data/engines)")
         fits = [efit.fit_bundled(n, args.data_root) for n in sorted(BUNDLED_RECIPES)]
         for f in fits:
             _print_fit(f, f.profile.save(BUNDLED_DIR / f"{f.profile.name}.json"))
         return 0
     if not args.measurements or not args.output:
         raise CostModelError("fit-engine needs MEASUREMENTS.csv and -o PROFILE.json (or --rebuild-bundled)")
+    from cost_models.engines.registry import get_profile
+
     name = args.name or Path(args.output).stem
+    base = get_profile(args.base) if args.base else None
     cmd = " ".join(["libra-calibrate", "fit-engine", str(args.measurements)]
                    + [f"--{k.replace('_', '-')} {v}" for k, v in (("gpu", args.gpu), ("only_engine", args.only_engine),
-                                                                  ("terms", args.terms)) if v]
+                                                                  ("terms", args.terms), ("base", args.base)) if v]
                    + (["--skip-unknown"] if args.skip_unknown else []) + [f"--kernel-scale {args.kernel_scale}"])
     f = efit.fit_csv(args.measurements, name, gpu=args.gpu, only_engine=args.only_engine, skip_unknown=args.skip_unknown,
-                     terms=terms, fit_scale=scale, command=cmd)
+                     terms=terms, fit_scale=scale, command=cmd, base=base)
     _print_fit(f, f.profile.save(args.output))
     return 0
 
@@ -151,10 +157,18 @@ def _print_fit(f: object, out: Path) -> None:
     terms = ", ".join(f"{t} {getattr(prof, t) * 1e6:.1f} us" for t in src["terms_fitted"] if t != "kernel_scale")
     print(f"wrote {out}: {prof.name} from {src['rows']} rows ({src['rows_skipped']} skipped, {len(src['rows_excluded'])} "
           f"below the physical floor): kernel_scale {prof.kernel_scale:.3f}, {terms}")
-    cv, ins = src["leave_one_model_out"], src["insample"]
+    by = src["cross_validation"]
+    cv, ins = src[by.split(" ")[0].replace("-", "_")], src["insample"]
     pct = lambda v: "n/a" if v is None else f"{v:.1f}%"  # noqa: E731
-    print(f"  leave-one-model-out: request MAPE {pct(cv['mape_pct'])}, median TP speed-up error "
+    print(f"  held out ({by}): request MAPE {pct(cv['mape_pct'])}, median TP speed-up error "
           f"{pct(cv['speedup_err_median_pct'])} (in-sample {pct(ins['mape_pct'])}, {pct(ins['speedup_err_median_pct'])})")
+    m = src["measured"]
+    batch = f"{m['batch'][0]}" if m["batch"][0] == m["batch"][1] else f"{m['batch'][0]}-{m['batch'][1]}"
+    print(f"  measured: TP {', '.join(map(str, m['tp']))}, batch {batch}, {', '.join(m['gpus'])} "
+          "(predictions outside these are extrapolations; libra-sim plan says so)")
+    for t, d in src["not_identifiable"].items():
+        kept = f"{d['kept']:.3f}" if t == "kernel_scale" else f"{d['kept'] * 1e6:.1f} us"
+        print(f"  not identifiable: {t}, kept at {d['from']}'s {kept}: {d['why']}")
 
 
 def _output_dir(path: str | None) -> None:

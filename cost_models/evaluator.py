@@ -102,6 +102,18 @@ class CostEvaluator:
         cache holds fewer blocks than that (every running sequence needs at least one block)."""
         return min(self.max_num_seqs, self.kv_capacity_tokens(tp) // _mem.KV_BLOCK_TOKENS)
 
+    def engine_extrapolation(self, rollout_tps: Sequence[int], batch_per_instance: int | None = None) -> list[str]:
+        """Where rollout times at these TP degrees with about ``batch_per_instance`` running
+        sequences (capped at what an instance runs at once) rest on the engine profile outside
+        what it was fitted on, in words; empty when inside. Why: a TP speed-up beyond the measured
+        TP degrees is the profile's structure extrapolated, which can be far off (docs/cost-model.md,
+        "Engine profiles"), and the planner's user should see which choices rest on it."""
+        tps = sorted({int(t) for t in rollout_tps})
+        b = batch_per_instance
+        if b is not None and tps:
+            b = min(int(b), max(self.max_running_seqs(t) for t in tps))
+        return self.engine.extrapolation(tps, b)
+
     def valid_rollout_tps(self) -> list[int]:
         """TP degrees an engine runs (``memory.tp_rule``: inside one NVLink domain, at most
         ``ROLLOUT_MAX_TP``) that leave room for a KV cache."""

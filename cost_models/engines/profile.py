@@ -105,6 +105,55 @@ class EngineProfile:
         """The additive terms by name (seconds)."""
         return {t: float(getattr(self, t)) for t in TERMS}
 
+    @property
+    def fitted_terms(self) -> tuple[tuple[str, ...], bool]:
+        """The term set the profile was fitted with and whether its kernel scale was fitted (from
+        its provenance; else its non-zero terms and a scale other than 1)."""
+        names = self.source.get("terms_fitted")
+        if not names:
+            names = [t for t in TERMS if getattr(self, t)] + (["kernel_scale"] if self.kernel_scale != 1.0 else [])
+        return tuple(t for t in names if t in TERMS), "kernel_scale" in names
+
+    @property
+    def measured_tps(self) -> tuple[int, ...]:
+        """TP degrees the profile was fitted on (``source.measured.tp``); empty when not recorded
+        (a hand-written or pre-fit profile: nothing is known to be measured)."""
+        tps = (self.source.get("measured") or {}).get("tp") or ()
+        return tuple(sorted(int(t) for t in tps if _is_number(t)))
+
+    @property
+    def measured_batches(self) -> tuple[int, int] | None:
+        """The smallest and largest batch the profile was fitted on, when recorded."""
+        b = (self.source.get("measured") or {}).get("batch")
+        if isinstance(b, (list, tuple)) and len(b) == 2 and all(_is_number(x) for x in b):
+            return int(b[0]), int(b[1])
+        return None
+
+    def extrapolation(self, tps: Any = (), max_batch: int | None = None) -> list[str]:
+        """In words, where a prediction at TP degrees ``tps`` and about ``max_batch`` sequences
+        per iteration rests on this profile outside what it was fitted on: a TP degree outside
+        the measured range (its TP speed-up is the model's, not a measurement) or a batch above
+        the largest measured. Empty when inside, or when the profile records no range (then one
+        line says so)."""
+        measured = self.measured_tps
+        if not measured:
+            if "rows" in self.source:  # fitted before profiles recorded their range
+                return [f"the engine profile {self.name} records no measured TP range (refit it with `libra-calibrate "
+                        "fit-engine` to record one): its TP speed-ups may be extrapolated"]
+            return [f"the engine profile {self.name} is not fitted on TP-scaling runs: its TP speed-ups are assumptions"]
+        out = []
+        lo, hi = measured[0], measured[-1]
+        outside = sorted({int(t) for t in tps if int(t) < lo or int(t) > hi})
+        rng = f"{lo}-{hi}" if lo != hi else f"{lo}"
+        for t in outside:
+            out.append(f"rollout TP {t} is outside the engine profile {self.name}'s measured TP {rng}: its TP speed-up "
+                       "is extrapolated")
+        b = self.measured_batches
+        if b is not None and max_batch is not None and max_batch > b[1]:
+            out.append(f"about {max_batch} running sequences per instance is above the engine profile {self.name}'s largest "
+                       f"measured batch {b[1]}: its per-sequence cost is extrapolated")
+        return out
+
     def with_terms(self, **values: Any) -> EngineProfile:
         """A copy with some terms (or ``kernel_scale``, ``name``, ``source``...) replaced."""
         return replace(self, **values)

@@ -46,11 +46,8 @@ def profile_predictions(feat: F.Features, profile: EngineProfile) -> np.ndarray:
 
 
 def fitted_terms(profile: EngineProfile) -> tuple[tuple[str, ...], bool]:
-    """The term set a profile was fitted with (from its provenance; else its non-zero terms)."""
-    names = profile.source.get("terms_fitted")
-    if not names:
-        names = [t for t in TERMS if getattr(profile, t)] + (["kernel_scale"] if profile.kernel_scale != 1.0 else [])
-    return tuple(t for t in names if t in TERMS), "kernel_scale" in names
+    """The term set a profile was fitted with (``EngineProfile.fitted_terms``)."""
+    return profile.fitted_terms
 
 
 def predictions(feat: F.Features, profile: EngineProfile) -> dict[str, np.ndarray]:

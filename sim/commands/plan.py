@@ -109,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "async" and args.max_staleness < 1:
         raise UserError("--mode async needs --max-staleness K >= 1 (the staleness the RL algorithm tolerates)")
     opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2)
+    from libra.planner.costs import make_evaluator
     from libra.policies.libra_policy import ASSUMED_CAPS
 
     plan, assumed = _search(cluster, opts, history, prompts)
@@ -119,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         doc["limits"] = (f"none declared; nothing fits the length prior's 65,536-token cap, so planned for {assumed:,}-token "
                          f"contexts (the longest of {'/'.join(f'{c // 1024}K' for c in ASSUMED_CAPS)} that fits, as libra "
                          "plans its first step); pass --max-context N for your workload's")
+    doc["extrapolation"] = make_evaluator(cluster).engine_extrapolation(sorted({i.tp for i in plan.instances}),  # type: ignore[attr-defined]
+                                                           -(-len(prompts) // max(1, len(plan.instances))))
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -211,5 +214,7 @@ def _print(d: dict[str, Any]) -> None:
         f"node {n}: " + ", ".join(f"{k} x TP{tp}" for tp, k in sorted(cnt.items())) for n, cnt in sorted(per_node.items())))
     print(f"predicted: rollout {p['rollout_s']:.1f} s (load {p['rollout_load_s']:.1f}, tail critical path "
           f"{p['rollout_critical_path_s']:.1f}), train {p['train_s']:.1f} s, sync {p['sync_s']:.2f} s, step {p['step_s']:.1f} s")
+    for line in d.get("extrapolation", []):
+        print(f"extrapolation: {line}")
     if d.get("loop_step_s"):
         print("step by loop (this split): " + ", ".join(f"{k} {v:.1f} s" for k, v in d["loop_step_s"].items()))
