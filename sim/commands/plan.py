@@ -5,7 +5,9 @@ steps before it (their statistics, never the planned step's own lengths) and tha
 prompts. Without a trace it plans from the documented default length prior
 (``libra.planner.stats.default_prior_step``) for ``--prompts`` trajectories. It prints the GPU
 split, the training strategy, the rollout instances (TP, node) and buckets (context bounds), and
-the predicted rollout, training, sync and step times; ``--json`` prints the same as JSON.
+the predicted rollout, training, sync and step times; ``--json`` prints the same as JSON;
+``--emit FRAMEWORK`` prints it as verl's, AReaL's, slime's or NeMo RL's own configuration
+(``libra.export``).
 A model that cannot fit says what would (more GPUs, a bigger GPU).
 """
 
@@ -43,6 +45,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="inference-engine profile the rollout is timed with (vllm-2024, trtllm-2024, constants, or a "
                              "`libra-calibrate fit-engine` file; default: the cost model's default, vllm-2024)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    from libra.export.registry import EMITTERS
+
+    parser.add_argument("--emit", choices=tuple(EMITTERS), default=None, metavar="FRAMEWORK",
+                        help="print the plan as that RL framework's own configuration instead (" + ", ".join(EMITTERS)
+                             + "); what it cannot express, and the nearest plan it can with its predicted cost, go to stderr")
 
 
 def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None, Any]:
@@ -109,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2)
     planner = Planner(cluster, options=opts)
     res = planner.search(history, prompts)
+    if args.emit:
+        return _emit(args.emit, planner, res, history, prompts)
     plan = planner.to_plan(res)
     doc = _as_dict(cluster, plan, len(history), len(prompts))
     doc["limits"] = limits_text
@@ -116,6 +125,19 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(doc, indent=2))
     else:
         _print(doc)
+    return 0
+
+
+def _emit(framework: str, planner: Any, res: Any, history: list[Any], prompts: Any) -> int:
+    """``--emit``: the configuration on stdout, what changed and the predicted times on stderr."""
+    import sys
+
+    from libra.export.emit import emit_plan
+
+    out, lines = emit_plan(framework, planner, res, history, prompts)
+    for line in lines:
+        print(f"libra-sim plan --emit {framework}: {line}", file=sys.stderr)
+    sys.stdout.write(out.text)
     return 0
 
 
