@@ -228,3 +228,18 @@ def test_nemo_rl_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert "nemo-rl run: qwen3-8b on 16 x h100, 8 rollout + 8 training GPUs" in out and "1 without stage timings skipped" in out
     table = _table(out)
     assert set(table) == {"gen", "log_prob", "update", "sync", "step"} and all(r[0] == "3" for r in table.values())
+
+
+def test_plan_prices_with_the_calibrated_overheads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``libra-sim plan --calibration`` plans with the fitted stage overheads (everything 1.5x slower here)."""
+    from sim.cli import main as sim_main
+
+    cal = Calibration.load(bundled_calibration_path("h100"))
+    cal.stage_overheads = StageOverheads({k: StageFit(1.5) for k in ("rollout", "log_prob", "update", "sync", "step")})
+    f = str(cal.save(tmp_path / "slow.json"))
+    args = ["plan", "--gpus", "8", "--gpu", "h100", "--model", "qwen3-8b", "--json"]
+    assert sim_main(args) == 0
+    plain = json.loads(capsys.readouterr().out)["predicted"]
+    assert sim_main(args + ["--calibration", f]) == 0
+    slow = json.loads(capsys.readouterr().out)["predicted"]
+    assert slow["step_s"] == pytest.approx(1.5 * plain["step_s"], rel=0.05)

@@ -104,10 +104,18 @@ def test_which_framework_cannot_say_what() -> None:
                (Bucket(0, 1, 0, 4096), Bucket(1, 2, 4096, None)))
     for fw in FRAMEWORKS:
         assert any("buckets" in w for w in inexpressible(two, caps[fw], 16, 8))
-    # a 6-GPU rollout on 8-GPU nodes of a 2-node cluster: NeMo RL gives generation whole nodes
+    # a 6:10 split of two 8-GPU nodes: NeMo RL gives generation whole nodes; verl and slime run it
+    # as node-share pools that pack (1 x 6 rollout, 5 x 2 training GPUs: 6 + 2 and 4 x 2)
     odd = _plan("split", TrainConfig(tp=1, pp=1, dp=10, zero_stage=3))
     assert any("whole nodes" in w for w in inexpressible(odd, caps["nemo-rl"], 16, 8))
-    assert not inexpressible(odd, caps["verl"], 16, 8)
+    for fw in ("verl", "slime", "areal"):
+        assert not inexpressible(odd, caps[fw], 16, 8), fw
+    out = registry.get("verl").emit(_export("verl", odd))
+    assert (out.keys["rollout.nnodes"], out.keys["rollout.n_gpus_per_node"]) == (1, 6)
+    assert (out.keys["trainer.nnodes"], out.keys["trainer.n_gpus_per_node"]) == (5, 2)
+    # on one node any split packs
+    small = _plan("split", TrainConfig(tp=1, pp=1, dp=6, zero_stage=3), n=8)
+    assert not inexpressible(small, caps["verl"], 8, 8) and not inexpressible(small, caps["nemo-rl"], 8, 8)
 
 
 def test_verl_layouts_and_keys() -> None:
@@ -230,3 +238,13 @@ def test_cli_unknown_framework_is_an_argparse_error(capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit) as e:
         main(["plan", "--gpus", "8", "--emit", "openrlhf"])
     assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_pool_shapes() -> None:
+    from libra.export.target import pool_shapes
+
+    # 7 TP-4 engines + 4 training GPUs on 4 nodes: shares of 4 (7 x 4 rollout, 1 x 4 training) pack
+    assert pool_shapes(28, 4, 4, 32, 8) == ((7, 4), (1, 4))
+    assert pool_shapes(8, 2, 8, 16, 8) == ((1, 8), (1, 8))
+    assert pool_shapes(6, 1, 10, 16, 8) == ((2, 3), (2, 5))  # 3 + 5 on each node; 6 + 5 + 5 would not pack
+    assert pool_shapes(6, 4, 2, 8, 8) is None  # a 6-GPU rollout share is no multiple of TP 4

@@ -4,7 +4,8 @@ A framework that cannot say a plan (two context buckets or two rollout TP degree
 more staleness than it has a knob for, a colocated plan where it only disaggregates, a split that
 is not whole nodes) gets the planner's best plan *within* what it can say: the same search,
 restricted by ``SearchOptions`` (one bucket, no streaming, the staleness capped, no time-shared
-plan, whole-node splits), over the same history and prompts, so its predicted cost is the
+plan, whole-node splits where the framework's pools must pack on nodes: the nearest such plan
+the search can be steered to, possibly farther than a packable uneven split), over the same history and prompts, so its predicted cost is the
 planner's own price, not an estimate of the difference.
 
 A training strategy a framework's trainers cannot run as planned (its ZeRO stage: Megatron's
@@ -21,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from libra.errors import UserError
-from libra.export.target import Capabilities, ExportPlan
+from libra.export.target import Capabilities, ExportPlan, pool_shapes
 from libra.planner.plan import Plan, TrainConfig
 from libra.planner.search import Planner, SearchResult, step_time
 
@@ -58,6 +59,11 @@ def inexpressible(plan: Plan, caps: Capabilities, n_gpus: int, gpus_per_node: in
     if (caps.whole_nodes and not plan.colocated and n_gpus > gpus_per_node
             and plan.n_rollout_gpus % gpus_per_node):
         why.append(f"{plan.n_rollout_gpus} rollout GPUs on {gpus_per_node}-GPU nodes (rollout gets whole nodes)")
+    if caps.node_pools and not plan.colocated and plan.instances:
+        tp = plan.instances[0].tp
+        if pool_shapes(len(plan.instances) * tp, tp, plan.n_train_gpus, n_gpus, gpus_per_node) is None:
+            why.append(f"a {plan.n_rollout_gpus}:{plan.n_train_gpus} split whose rollout and training pools (equal "
+                       f"node shares) do not pack on {gpus_per_node}-GPU nodes")
     return why
 
 
@@ -67,7 +73,8 @@ def restricted(planner: Planner, caps: Capabilities) -> Planner:
     k = min(o.max_staleness, caps.max_staleness)
     mode = "sync" if o.mode == "async" and k < 1 else o.mode  # with K 0 an unpinned search prices on-policy loops only
     n, gpn = planner.cluster.n_gpus, planner.cluster.gpus_per_node
-    unit = gpn if caps.whole_nodes and n > gpn and n % gpn == 0 else o.unit
+    # whole-node splits always pack (node pools included; the packing test itself cannot steer the search)
+    unit = gpn if (caps.whole_nodes or caps.node_pools) and n > gpn and n % gpn == 0 else o.unit
     opts = replace(o, max_buckets=1, max_staleness=k, mode=mode,
                    streaming=False if not caps.streaming else (None if o.streaming is None else o.streaming),
                    colocated=o.colocated and caps.colocated, unit=unit)

@@ -22,7 +22,9 @@ class Capabilities:
     has a knob for (0: no async loop); ``whole_nodes``: a disaggregated split must give the
     rollout whole nodes once the cluster has more than one. Every framework here runs one rollout
     TP degree for all instances and has no context buckets, so a plan with two buckets or two TP
-    degrees is never expressible.
+    degrees is never expressible. ``node_pools``: rollout and training are each a pool of
+    ``nodes x GPUs per node`` (verl's ``nnodes``/``n_gpus_per_node``, slime's actor nodes), one
+    Ray placement group per node share, which must pack onto the cluster's nodes.
     """
 
     colocated: bool
@@ -30,6 +32,7 @@ class Capabilities:
     streaming: bool
     max_staleness: int
     whole_nodes: bool = False
+    node_pools: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,3 +90,23 @@ def node_shape(n_gpus: int, gpus_per_node: int) -> tuple[int, int]:
         if n_gpus % nodes == 0 and n_gpus // nodes <= gpus_per_node:
             return nodes, n_gpus // nodes
     return n_gpus, 1  # unreachable: nodes = n_gpus always divides
+
+
+def pool_shapes(n_rollout: int, rollout_tp: int, n_train: int, n_gpus: int, gpus_per_node: int
+                ) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """``((nodes, GPUs per node) of the rollout pool, (nodes, GPUs per node) of the training
+    pool)`` for frameworks whose pools are ``nnodes x n_gpus_per_node`` placement groups (verl,
+    slime): equal shares of at most a node, a rollout share a multiple of the rollout TP (an
+    engine never spans two shares), both pools packing onto the cluster's nodes; the fewest
+    shares first. None when no such shapes exist."""
+    from libra.planner.packing import fits
+
+    def shapes(n: int, unit: int) -> list[tuple[int, int]]:
+        return [(n // g, g) for g in range(min(n, gpus_per_node), 0, -1) if n % g == 0 and g % unit == 0]
+
+    best = None
+    for rn, rg in shapes(n_rollout, rollout_tp):
+        for tn, tg in shapes(n_train, 1):
+            if (best is None or rn + tn < best[0]) and fits(n_gpus, gpus_per_node, [rg] * rn + [tg] * tn):
+                best = (rn + tn, (rn, rg), (tn, tg))
+    return None if best is None else (best[1], best[2])

@@ -36,12 +36,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from libra.export.render import hydra
-from libra.export.target import Capabilities, Emitted, ExportPlan, node_shape
+from libra.export.target import Capabilities, Emitted, ExportPlan, node_shape, pool_shapes
 from libra.planner.plan import TrainConfig
 
 NAME = "verl"
 #: every loop has a layout; one rollout TP; fully_async takes any staleness threshold
-CAPABILITIES = Capabilities(colocated=True, split_sync=True, streaming=True, max_staleness=1_000_000)
+CAPABILITIES = Capabilities(colocated=True, split_sync=True, streaming=True, max_staleness=1_000_000, node_pools=True)
 
 
 def trainers(t: TrainConfig) -> tuple[str, TrainConfig]:
@@ -65,11 +65,16 @@ def emit(x: ExportPlan) -> Emitted:
         layout, module, base = "fully_async", "verl.experimental.fully_async_policy.fully_async_main", "fully_async_ppo_trainer"
     config = base.replace("_trainer", "_megatron_trainer") if mega else base
     keys: dict[str, object] = {}
-    tn, tg = node_shape(p.n_train_gpus, x.gpus_per_node)
+    if p.colocated:
+        tn, tg = node_shape(p.n_train_gpus, x.gpus_per_node)
+    else:
+        shapes = pool_shapes(x.rollout_gpus, x.rollout_tp, p.n_train_gpus, x.rollout_gpus + p.n_train_gpus, x.gpus_per_node)
+        if shapes is None:  # fit.py re-plans such splits before they reach an emitter
+            raise ValueError(f"verl: no node pools for {x.rollout_gpus} rollout + {p.n_train_gpus} training GPUs")
+        (rn, rg), (tn, tg) = shapes
     keys["trainer.nnodes"], keys["trainer.n_gpus_per_node"] = tn, tg
     keys["actor_rollout_ref.hybrid_engine"] = p.colocated
     if not p.colocated:
-        rn, rg = node_shape(x.rollout_gpus, x.gpus_per_node)
         keys["rollout.nnodes"], keys["rollout.n_gpus_per_node"] = rn, rg
     keys["actor_rollout_ref.rollout.tensor_model_parallel_size"] = x.rollout_tp
     keys["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = t.micro_batch

@@ -44,6 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default=None, metavar="NAME|FILE",
                         help="inference-engine profile the rollout is timed with (vllm-2024, trtllm-2024, constants, or a "
                              "`libra-calibrate fit-engine` file; default: the cost model's default, vllm-2024)")
+    parser.add_argument("--calibration", default=None, metavar="FILE",
+                        help="calibration file for the cost evaluator (`libra-calibrate fit`, or `from-logs` with your run's "
+                             "stage overheads), as libra-sim replay takes it")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     from libra.export.registry import EMITTERS
 
@@ -114,7 +117,12 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "async" and args.max_staleness < 1:
         raise UserError("--mode async needs --max-staleness K >= 1 (the staleness the RL algorithm tolerates)")
     opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2)
-    planner = Planner(cluster, options=opts)
+    ev = None
+    if args.calibration is not None:  # the replay's evaluator, so plan and replay price alike
+        from sim.costs import load_costs
+
+        ev = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, args.calibration, engine=args.engine).ev
+    planner = Planner(cluster, ev=ev, options=opts)
     res = planner.search(history, prompts)
     if args.emit:
         return _emit(args.emit, planner, res, history, prompts)
