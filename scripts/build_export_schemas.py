@@ -16,6 +16,7 @@ output), so a key renamed upstream shows up when the lists are rebuilt.
 from __future__ import annotations
 
 import argparse
+import ast
 import re
 import subprocess
 from pathlib import Path
@@ -66,6 +67,53 @@ def _flat(d: Any, prefix: str = "") -> set[str]:
     return out
 
 
+def dataclass_keys(source: str, root: str) -> set[str]:
+    """Dotted keys of dataclass ``root`` in ``source`` read without importing it (AReaL's config
+    classes import torch): its annotated fields and its bases', recursing into fields whose type
+    names another dataclass of the file (``X | None`` too; containers such as ``list[X]`` are
+    leaves)."""
+    tree = ast.parse(source)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+    def fields(name: str) -> list[tuple[str, ast.expr]]:
+        node = classes[name]
+        out: list[tuple[str, ast.expr]] = []
+        for b in node.bases:
+            if isinstance(b, ast.Name) and b.id in classes:
+                out.extend(fields(b.id))
+        seen = {f for f, _ in out}
+        for st in node.body:
+            if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and not st.target.id.startswith("_"):
+                if "ClassVar" in ast.unparse(st.annotation):
+                    continue
+                if st.target.id in seen:
+                    out = [(f, a) for f, a in out if f != st.target.id]
+                out.append((st.target.id, st.annotation))
+        return out
+
+    def nested(ann: ast.expr) -> str | None:
+        if isinstance(ann, ast.Name) and ann.id in classes:
+            return ann.id
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str) and ann.value in classes:
+            return ann.value
+        if isinstance(ann, ast.BinOp):  # X | None
+            return nested(ann.left) or nested(ann.right)
+        return None
+
+    def walk(name: str, prefix: str, depth: int) -> set[str]:
+        keys: set[str] = set()
+        for f, ann in fields(name):
+            sub = nested(ann)
+            if sub is not None and depth < 8 and classes[sub].body:
+                inner = walk(sub, f"{prefix}{f}.", depth + 1)
+                keys |= inner if inner else {prefix + f}
+            else:
+                keys.add(prefix + f)
+        return keys
+
+    return walk(root, "", 0)
+
+
 def _write(name: str, repo: str, commit: str, files: list[str], keys: set[str], kind: str) -> None:
     head = [f"# {kind} of {repo} at commit {commit}", "# derived from: " + ", ".join(files),
             "# by scripts/build_export_schemas.py; one key per line"]
@@ -87,6 +135,12 @@ def main() -> None:
             for f in files:
                 keys |= _flat(yaml.safe_load(_git(dirs[fw], "show", f"HEAD:{f}")))
             _write(name, repo, commit, files, keys, "Dotted config keys")
+    # AReaL: its GRPO config dataclasses too (areal/api/cli_args.py, what load_expr_config checks keys against)
+    d = dirs["areal"]
+    commit = _git(d, "rev-parse", "HEAD").strip()
+    keys = dataclass_keys(_git(d, "show", "HEAD:areal/api/cli_args.py"), "GRPOConfig")
+    _write("areal-grpo-config", "inclusionAI/AReaL", commit, ["areal/api/cli_args.py (GRPOConfig and the dataclasses it nests)"],
+           keys, "Dotted keys of the GRPOConfig dataclass")
     # slime: its own argparse flags, plus the Megatron-LM flags its launch scripts pass (Megatron's
     # parser lives in Megatron-LM; slime's scripts are the documented usage)
     d = dirs["slime"]

@@ -169,6 +169,12 @@ def test_nemo_rl_keys() -> None:
     assert doc["policy"]["megatron_cfg"]["enabled"] is True and doc["policy"]["dtensor_cfg"]["enabled"] is False
 
 
+def test_areal_keys_are_in_its_config_class_and_its_examples() -> None:
+    for kind in ("split-sync", "async-1"):
+        out = registry.get("areal").emit(_export("areal", PLANS[kind]()))
+        assert set(out.keys) <= load_keys("areal-grpo-config") and set(out.keys) <= load_keys("areal-grpo")
+
+
 def test_validation_rejects_a_key_the_framework_lacks() -> None:
     out = registry.get("verl").emit(_export("verl", PLANS["colocated"]()))
     out.keys["actor_rollout_ref.rollout.tensor_parallel_size"] = 2  # NeMo's spelling, not verl's
@@ -178,7 +184,7 @@ def test_validation_rejects_a_key_the_framework_lacks() -> None:
 
 def test_schemas_record_where_they_came_from() -> None:
     for name in ("verl-ppo_trainer", "verl-ppo_megatron_trainer", "verl-one_step_off", "verl-fully_async", "areal-grpo",
-                 "slime", "nemo-rl-grpo"):
+                 "areal-grpo-config", "slime", "nemo-rl-grpo"):
         assert " at commit " in provenance(name) and len(load_keys(name)) >= 5
 
 

@@ -11,7 +11,9 @@ areal/api/alloc_mode.py; the top-level ``allocation_mode`` is deprecated there a
 a comment), ``rollout.max_head_offpolicyness``, ``actor.ppo_n_minibatches``,
 ``actor.mb_spec.max_tokens_per_mb``, ``actor.gradient_checkpointing``, ``cluster.n_nodes``,
 ``cluster.n_gpus_per_node`` (examples/math/gsm8k_grpo.yaml, gsm8k_grpo_megatron.yaml; the
-dataclasses in areal/api/cli_args.py). Validated against ``schemas/areal-grpo.keys``.
+dataclasses in areal/api/cli_args.py). Validated against ``schemas/areal-grpo-config.keys``: the
+keys of AReaL's own ``GRPOConfig`` dataclass and those it nests, read from cli_args.py without
+importing it (it imports torch); the tests check the keys are in its example configs too.
 Libra's micro-batch (sequences) is written as AReaL's token budget per micro-batch: that many
 sequences of the longest length the plan's memory was checked at.
 """
@@ -66,4 +68,4 @@ def emit(x: ExportPlan) -> Emitted:
               f"# legacy allocation_mode: {rollout}+{actor}\n")
     notes = [f"AReaL {layout}: batch sizes stay yours: Libra planned {x.n_trajectories} trajectories per step in "
              f"{x.mini_batches} optimizer steps"]
-    return Emitted(NAME, layout, keys, nested_yaml(keys, header), ("areal-grpo",), notes)
+    return Emitted(NAME, layout, keys, nested_yaml(keys, header), ("areal-grpo-config",), notes)
