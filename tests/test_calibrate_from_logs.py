@@ -95,10 +95,10 @@ def _simulated_run(tmp_path: Path, calibration: str | None, noise: float) -> tup
     cfg = tmp_path / "run.sh"
     cfg.write_text(Path(CONFIG).read_text())
     shape = run_shape(cfg)
-    assert shape.trajectories == 512 and shape.mini_batches == 4 and shape.colocated
+    assert shape.trajectories == 512 and shape.mini_batches == 4 and shape.colocated and shape.group_size == 8
     seeds = [StepLog(i + 1, {"response_length/mean": m, "response_length/max": 8192.0, "response_length/min": 64.0,
                              "prompt_length/mean": 210.0}, "seed") for i, m in enumerate(MEANS)]
-    steps = [synth_step(s, 512) for s in seeds]
+    steps = [synth_step(s, 512, shape.group_size) for s in seeds]
     cluster = ClusterSpec(8, "h100", "qwen3-8b", gpus_per_node=8)
     costs = load_costs("h100", "qwen3-8b", 8, calibration)
     times = simulate(shape, steps, cluster, costs, noise=noise, seed=7)

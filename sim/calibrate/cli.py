@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = ClusterSpec(shape.n_gpus, args.gpu, model, gpus_per_node=gpn, engine=args.engine)
     base = args.calibration or (str(bundled_calibration_path(args.gpu)) if bundled_calibration_path(args.gpu) else None)
     costs = load_costs(args.gpu, model, gpn, base, engine=args.engine)
-    steps = [synth_step(lg, shape.trajectories) for lg in logs]
+    steps = [synth_step(lg, shape.trajectories, shape.group_size) for lg in logs]
     pred = simulate(shape, steps, cluster, costs)
     logged = [logged_times(lg) for lg in logs]
     sync_loop = shape.mode == "sync" and not shape.streaming

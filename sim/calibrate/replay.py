@@ -64,8 +64,9 @@ def logged_times(log: StepLog) -> StageTimes:
     return StageTimes(log.step, g("gen"), lp, g("update"), g("sync"), g("step"))
 
 
-def synth_step(log: StepLog, n: int) -> StepArrays:
-    """The step rebuilt from its logged lengths (see the module docstring)."""
+def synth_step(log: StepLog, n: int, group_size: int = 1) -> StepArrays:
+    """The step rebuilt from its logged lengths (see the module docstring); trajectories in
+    GRPO groups of ``group_size`` (a streamed loop trains on finished groups)."""
     mean = log.first(LENGTH_KEYS["response_mean"])
     if mean is None or mean <= 0:
         raise UserError(f"{log.where}: step {log.step} has no response length ({' or '.join(LENGTH_KEYS['response_mean'])}) "
@@ -88,7 +89,8 @@ def synth_step(log: StepLog, n: int) -> StepArrays:
     lengths = np.clip(lengths, max(1.0, lo or 1.0), hi if hi is not None and hi >= mean else None)
     lengths *= mean / lengths.mean()  # the clip moved the mean: restore it
     gen = np.maximum(1, np.rint(lengths)).astype(np.int64)
-    trajs = [Trajectory(f"s{log.step}-{i}", log.step, max(1, int(round(prompt))), (Turn(int(g), None),), group=f"s{log.step}-g{i // 8}")
+    gen = gen[np.random.default_rng(log.step).permutation(n)]  # groups mix short and long, not sorted blocks (seeded)
+    trajs = [Trajectory(f"s{log.step}-{i}", log.step, max(1, int(round(prompt))), (Turn(int(g), None),), group=f"s{log.step}-g{i // max(1, group_size)}")
              for i, g in enumerate(gen)]
     return StepArrays.from_trajectories(log.step, trajs)
 

@@ -42,6 +42,7 @@ class RunShape:
     kl: bool = False
     model_hint: str | None = None
     notes: tuple[str, ...] = ()
+    group_size: int = 1  # samples per prompt: the GRPO group a streamed mini-batch is cut from
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -175,7 +176,7 @@ def _verl(k: dict[str, Any], where: str) -> RunShape:
     kl = bool(k.get(a + "use_kl_loss", False) or k.get("algorithm.use_kl_in_reward", False))
     hint = k.get("actor_rollout_ref.model.path")
     return RunShape("verl", n_roll + (0 if not split else n_train), not split, n_roll, tp_r, train, traj, max(1, mbs), mode, K,
-                    streaming, kl, Path(str(hint)).name if hint else None, tuple(notes))
+                    streaming, kl, Path(str(hint)).name if hint else None, tuple(notes), group_size=n)
 
 
 def _dims(s: Any, where: str, key: str) -> tuple[str, dict[str, int]]:
@@ -197,7 +198,8 @@ def _areal(k: dict[str, Any], where: str) -> RunShape:
     n_roll = r.get("d", 1) * r.get("t", 1) * r.get("p", 1)
     return RunShape("areal", n_roll + tp * pp * dp, False, n_roll, r.get("t", 1), train, traj,
                     int(k.get("actor.ppo_n_minibatches", 1) or 1), "async" if K else "sync", K,
-                    notes=("AReaL's micro-batches are token budgets (actor.mb_spec.max_tokens_per_mb): replayed as micro-batch 1",))
+                    notes=("AReaL's micro-batches are token budgets (actor.mb_spec.max_tokens_per_mb): replayed as micro-batch 1",),
+                    group_size=n if isinstance(n, int) and n > 0 else 1)
 
 
 def _nemo(k: dict[str, Any], where: str) -> RunShape:
@@ -229,7 +231,8 @@ def _nemo(k: dict[str, Any], where: str) -> RunShape:
     mbs = traj // gb if traj and isinstance(gb, int) and gb > 0 and traj >= gb else 1
     hint = k.get("policy.model_name")
     return RunShape("nemo-rl", n, colo, n_roll, _int(k, "policy.generation.vllm_cfg.tensor_parallel_size", where, 1), train, traj,
-                    mbs, "async" if asyn else "sync", K, model_hint=Path(str(hint)).name if hint else None)
+                    mbs, "async" if asyn else "sync", K, model_hint=Path(str(hint)).name if hint else None,
+                    group_size=g if isinstance(g, int) and g > 0 else 1)
 
 
 def _slime(k: dict[str, Any], where: str) -> RunShape:
@@ -245,4 +248,5 @@ def _slime(k: dict[str, Any], where: str) -> RunShape:
     mbs = traj // gb if traj and isinstance(gb, int) and gb > 0 and traj >= gb else 1
     asyn = k.get("__script__") == "train_async.py"
     return RunShape("slime", n_train if colo else n_roll + n_train, colo, n_roll, _int(k, "--rollout-num-gpus-per-engine", where, 1),
-                    train, traj, mbs, "async" if asyn else "sync", 1 if asyn else 0)
+                    train, traj, mbs, "async" if asyn else "sync", 1 if asyn else 0,
+                    group_size=n if isinstance(n, int) and n > 0 else 1)
