@@ -78,6 +78,10 @@ def emit(x: ExportPlan) -> Emitted:
         keys["rollout.nnodes"], keys["rollout.n_gpus_per_node"] = rn, rg
     keys["actor_rollout_ref.rollout.tensor_model_parallel_size"] = x.rollout_tp
     keys["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = t.micro_batch
+    # the log-prob forwards (old policy on the rollout workers' trainer side, reference model): verl wants
+    # them set unless dynamic batch sizes are on; Libra times them with the training micro-batch
+    keys["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"] = t.micro_batch
+    keys["actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"] = t.micro_batch
     if mega:
         keys["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] = t.tp
         keys["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"] = t.pp
