@@ -67,6 +67,14 @@ def test_the_fitted_file_is_a_calibration_the_replay_uses(tmp_path: Path, capsys
     for stage in before:
         assert abs(float(after[stage][3].rstrip("%")) - float(before[stage][6].rstrip("%"))) <= 0.15, stage
         assert float(after[stage][4]) == pytest.approx(1.0, abs=0.01)
+    # refitting from the calibrated file composes with its overheads: the same overheads come out
+    again = tmp_path / "cal2.json"
+    assert main(["from-logs", str(EX / "verl_console.log"), "--config", CONFIG, "--gpu", "h100", "--calibration", str(out_file),
+                 "-o", str(again)]) == 0
+    capsys.readouterr()
+    first, second = cal.stage_overheads.stages, Calibration.load(again).stage_overheads.stages  # type: ignore[union-attr]
+    for name, fit in first.items():
+        assert second[name].scale == pytest.approx(fit.scale, rel=0.02) and second[name].fixed_s == pytest.approx(fit.fixed_s, abs=0.1)
 
 
 # ---- round trip: a log written from a simulated run ----------------------------------------------
