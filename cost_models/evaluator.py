@@ -18,7 +18,8 @@ from cost_models import memory as _mem
 from cost_models import rl_overheads as _rl
 from cost_models import training as _train
 from cost_models import transfers as _xfer
-from cost_models.calibration.store import EngineOverhead
+from cost_models.calibration.stages import StageFit, StageOverheads
+from cost_models.calibration.store import EngineOverhead, load_stage_overheads
 from cost_models.engines.profile import EngineProfile
 from cost_models.engines.registry import resolve_engine
 from cost_models.errors import CostModelError
@@ -29,6 +30,10 @@ from cost_models.operators import load_operators
 from cost_models.operators.base import OperatorSet
 from cost_models.rollout import RolloutTimer
 from cost_models.training import TrainStrategy
+
+
+#: no correction (scale 1, no fixed seconds)
+_IDENTITY = StageFit()
 
 
 class CostEvaluator:
@@ -45,13 +50,17 @@ class CostEvaluator:
         max_num_seqs: int = _mem.DEFAULT_MAX_NUM_SEQS,
         max_num_batched_tokens: int = _mem.DEFAULT_MAX_BATCHED_TOKENS,
         engine: str | os.PathLike[str] | EngineProfile | EngineOverhead | None = None,
+        stage_overheads: StageOverheads | None = None,
     ) -> None:
         """``calibration``: a ``libra-calibrate fit`` file; its operator tables time the
         kernels. ``engine``: the inference engine's per-iteration profile
         (``cost_models.engines``): a bundled name (``vllm-2024``, ``trtllm-2024``,
         ``constants``), a profile JSON file, an ``EngineProfile``, or an ``EngineOverhead``.
         Without it, the calibration file's ``engine`` entry (as a two-term profile) when it
-        has one, else the default profile (``cost_models.engines.DEFAULT_PROFILE``)."""
+        has one, else the default profile (``cost_models.engines.DEFAULT_PROFILE``).
+        ``stage_overheads``: per-stage corrections fitted on a run's logs
+        (``cost_models.calibration.stages``); without it, the calibration file's
+        ``stage_overheads`` entry when it has one, else none."""
         spec = get_gpu(gpu)
         if gpus_per_node is not None:
             spec = spec.with_gpus_per_node(int(gpus_per_node))  # keeps a larger NVLink domain (NVL72)
@@ -64,6 +73,12 @@ class CostEvaluator:
         self.engine: EngineProfile = resolve_engine(engine, calibration)
         self._rollout = RolloutTimer(self.ops, self.gpu, self.model, profile=self.engine)
         self._kv_cap: dict[int, int] = {}
+        if stage_overheads is None and calibration is not None:
+            stage_overheads = load_stage_overheads(calibration)
+        self.stage_overheads: StageOverheads | None = stage_overheads
+        st = stage_overheads.stages if stage_overheads is not None else {}
+        self._st_rollout, self._st_logprob, self._st_update, self._st_sync, self._st_step = (
+            st.get(k, _IDENTITY) for k in ("rollout", "log_prob", "update", "sync", "step"))
 
     def __repr__(self) -> str:
         return f"CostEvaluator(gpu={self.gpu.name!r}, model={self.model.name!r}, ops={self.ops!r}, engine={self.engine.name!r})"
@@ -71,15 +86,17 @@ class CostEvaluator:
     # ---- rollout ----------------------------------------------------------------------------
     def decode_s(self, tp: ArrayLike, batch: ArrayLike, total_context: ArrayLike) -> Any:
         """One decode iteration: ``batch`` sequences, ``total_context`` KV tokens summed over them."""
-        return self._rollout.decode_s(tp, batch, total_context)
+        return self._st_rollout.apply(self._rollout.decode_s(tp, batch, total_context))
 
     def decode_coeffs(self, tp: ArrayLike, batch: ArrayLike) -> tuple[Any, Any]:
         """``(base_s, per_kv_token_s)``: ``decode_s == base_s + per_kv_token_s * total_context``."""
-        return self._rollout.decode_coeffs(tp, batch)
+        base, slope = self._rollout.decode_coeffs(tp, batch)
+        k = self._st_rollout.scale
+        return (base, slope) if k == 1.0 else (base * k, slope * k)
 
     def prefill_s(self, tp: ArrayLike, new_tokens: ArrayLike, cached_tokens: ArrayLike = 0, batch: ArrayLike = 1) -> Any:
         """One forward over ``batch`` sequences each adding ``new_tokens`` after ``cached_tokens``."""
-        return self._rollout.prefill_s(tp, new_tokens, cached_tokens, batch)
+        return self._st_rollout.apply(self._rollout.prefill_s(tp, new_tokens, cached_tokens, batch))
 
     def rollout_memory(self, tp: int) -> MemoryReport:
         """Per-GPU memory of a rollout instance (weights, activation peak, reserve, KV cache)."""
@@ -126,11 +143,11 @@ class CostEvaluator:
 
     def train_iter_s(self, strategy: TrainStrategy, tokens: int, seq_len: int) -> float:
         """One optimizer step over ``tokens`` tokens in sequences of ``seq_len``."""
-        return _train.train_iter_s(self.ops, self.gpu, self.model, strategy, tokens, seq_len)
+        return self._st_update.apply(_train.train_iter_s(self.ops, self.gpu, self.model, strategy, tokens, seq_len))
 
     def forward_s(self, strategy: TrainStrategy, tokens: int, seq_len: int) -> float:
         """A forward-only log-prob pass (old policy / reference model) over ``tokens``."""
-        return _train.forward_s(self.ops, self.gpu, self.model, strategy, tokens, seq_len)
+        return self._st_logprob.apply(_train.forward_s(self.ops, self.gpu, self.model, strategy, tokens, seq_len))
 
     def train_memory(self, strategy: TrainStrategy, seq_len: int, suggest: bool = True) -> MemoryReport:
         """Per-GPU training memory; when it does not fit and ``suggest``, nearby strategies that
@@ -160,9 +177,9 @@ class CostEvaluator:
             train_pp = strategy.pp if train_pp is None else train_pp
         if n_train_gpus is None or train_tp is None or train_pp is None:
             raise CostModelError("weight_sync_s needs n_train_gpus, train_tp and train_pp, or strategy=")
-        return _xfer.weight_sync_s(
+        return self._st_sync.apply(_xfer.weight_sync_s(
             self.ops, self.gpu, self.model, n_train_gpus, train_tp, train_pp, rollout_tps, same_node, mode, bucket_bytes
-        )
+        ))
 
     def kv_migration_s(self, tokens: float, tp_src: int, tp_dst: int, same_node: bool = True) -> float:
         """Move one sequence's ``tokens`` of KV cache between two instances."""
@@ -189,12 +206,12 @@ class CostEvaluator:
         trainer onloads its state; to ``rollout`` the trainer offloads and the engine wakes (the
         new weights then come by ``weight_sync_s(mode="ipc")``). See ``rl_overheads``."""
         s = strategy or TrainStrategy(1, 1, 1)
-        return _rl.stage_switch_s(self.gpu, self.model, to, rollout_tp, s.tp, s.pp, s.dp, s.ep, s.zero_stage)
+        return self._st_sync.apply(_rl.stage_switch_s(self.gpu, self.model, to, rollout_tp, s.tp, s.pp, s.dp, s.ep, s.zero_stage))
 
     def step_fixed_s(self, n_samples: int) -> float:
         """Per-step bookkeeping between rollout and training (reward, advantage, data movement)
         for ``n_samples`` trajectories (``rl_overheads.step_fixed_s``)."""
-        return _rl.step_fixed_s(n_samples)
+        return self._st_step.apply(_rl.step_fixed_s(n_samples))
 
     def weight_tensors(self) -> int:
         """Tensors of the model's state dict: the messages of an unbucketed weight sync."""

@@ -5,6 +5,9 @@ Why JSON with a format version: the files are bundled in the package and written
 mis-reading it, and a person must be able to see where the numbers came from (``source``:
 folder, file digests, tool version, time) without git.
 
+A file may also carry a ``stage_overheads`` entry (``cost_models.calibration.stages``): per-stage
+corrections fitted on a run's own logs by ``libra-calibrate from-logs``; optional too.
+
 A file may also carry an ``engine`` entry (``EngineOverhead``): the rollout engine's fixed
 per-iteration cost measured on this device (``libra-calibrate profile --engine-model``). It is
 optional, so version-1 files without it stay valid and mean "use the cost model's constants".
@@ -18,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cost_models.calibration.stages import StageOverheads
 from cost_models.errors import CostModelError
 
 FORMAT = "libra-operator-calibration"
@@ -75,6 +79,7 @@ class Calibration:
     source: dict[str, Any] = field(default_factory=dict)
     version: int = FORMAT_VERSION
     engine: EngineOverhead | None = None
+    stage_overheads: StageOverheads | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -86,6 +91,8 @@ class Calibration:
         }
         if self.engine is not None:
             out["engine"] = self.engine.to_json()
+        if self.stage_overheads is not None:
+            out["stage_overheads"] = self.stage_overheads.to_json()
         return out
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -115,7 +122,9 @@ class Calibration:
             if key not in obj:
                 raise CostModelError(f"{p}: calibration file lacks the {key!r} field")
         engine = EngineOverhead.from_json(obj["engine"], str(p)) if obj.get("engine") is not None else None
-        return cls(gpu=str(obj["gpu"]), families=dict(obj["families"]), source=dict(obj.get("source", {})), engine=engine)
+        stages = StageOverheads.from_json(obj["stage_overheads"], str(p)) if obj.get("stage_overheads") is not None else None
+        return cls(gpu=str(obj["gpu"]), families=dict(obj["families"]), source=dict(obj.get("source", {})), engine=engine,
+                   stage_overheads=stages)
 
 
 _ENGINE_CACHE: dict[tuple[str, int, int], EngineOverhead | None] = {}
@@ -133,3 +142,20 @@ def load_engine_overhead(path: str | os.PathLike[str]) -> EngineOverhead | None:
     if key not in _ENGINE_CACHE:
         _ENGINE_CACHE[key] = Calibration.load(p).engine
     return _ENGINE_CACHE[key]
+
+
+_STAGES_CACHE: dict[tuple[str, int, int], StageOverheads | None] = {}
+
+
+def load_stage_overheads(path: str | os.PathLike[str]) -> StageOverheads | None:
+    """The ``stage_overheads`` entry of a calibration file (None when it has none), cached per
+    file version like ``load_engine_overhead``."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        raise CostModelError(f"{p}: calibration file not found") from None
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _STAGES_CACHE:
+        _STAGES_CACHE[key] = Calibration.load(p).stage_overheads
+    return _STAGES_CACHE[key]

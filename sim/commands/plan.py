@@ -7,7 +7,9 @@ prompts. Without a trace it plans from the documented default length prior
 nothing and no context limit is declared, for the longest of 32K/16K/8K/4K tokens that fits (as
 Libra plans a replay's first step), and says so. It prints the GPU
 split, the training strategy, the rollout instances (TP, node) and buckets (context bounds), and
-the predicted rollout, training, sync and step times; ``--json`` prints the same as JSON.
+the predicted rollout, training, sync and step times; ``--json`` prints the same as JSON;
+``--emit FRAMEWORK`` prints it as verl's, AReaL's, slime's or NeMo RL's own configuration
+(``libra.export``).
 A model that cannot fit says what would (more GPUs, a bigger GPU).
 """
 
@@ -44,7 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default=None, metavar="NAME|FILE",
                         help="inference-engine profile the rollout is timed with (vllm-2024, trtllm-2024, constants, or a "
                              "`libra-calibrate fit-engine` file; default: the cost model's default, vllm-2024)")
+    parser.add_argument("--calibration", default=None, metavar="FILE",
+                        help="calibration file for the cost evaluator (`libra-calibrate fit`, or `from-logs` with your run's "
+                             "stage overheads), as libra-sim replay takes it")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    from libra.export.registry import EMITTERS
+
+    parser.add_argument("--emit", choices=tuple(EMITTERS), default=None, metavar="FRAMEWORK",
+                        help="print the plan as that RL framework's own configuration instead (" + ", ".join(EMITTERS)
+                             + "); what it cannot express, and the nearest plan it can with its predicted cost, go to stderr")
 
 
 def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None, Any]:
@@ -109,10 +119,17 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "async" and args.max_staleness < 1:
         raise UserError("--mode async needs --max-staleness K >= 1 (the staleness the RL algorithm tolerates)")
     opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2)
-    from libra.planner.costs import make_evaluator
     from libra.policies.libra_policy import ASSUMED_CAPS
 
-    plan, assumed = _search(cluster, opts, history, prompts)
+    ev = None
+    if args.calibration is not None:  # the replay's evaluator, so plan and replay price alike
+        from sim.costs import load_costs
+
+        ev = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, args.calibration, engine=args.engine).ev
+    planner, res, assumed = _search(cluster, opts, history, prompts, ev)
+    if args.emit:
+        return _emit(args.emit, planner, res, history, prompts)
+    plan = planner.to_plan(res)
     doc = _as_dict(cluster, plan, len(history), len(prompts))
     doc["limits"] = limits_text
     if assumed is not None:
@@ -120,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         doc["limits"] = (f"none declared; nothing fits the length prior's 65,536-token cap, so planned for {assumed:,}-token "
                          f"contexts (the longest of {'/'.join(f'{c // 1024}K' for c in ASSUMED_CAPS)} that fits, as libra "
                          "plans its first step); pass --max-context N for your workload's")
-    doc["extrapolation"] = make_evaluator(cluster).engine_extrapolation(sorted({i.tp for i in plan.instances}),  # type: ignore[attr-defined]
+    doc["extrapolation"] = planner.ev.engine_extrapolation(sorted({i.tp for i in plan.instances}),  # type: ignore[attr-defined]
                                                            -(-len(prompts) // max(1, len(plan.instances))))
     if args.json:
         print(json.dumps(doc, indent=2))
@@ -129,8 +146,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any) -> tuple[Any, int | None]:
-    """(plan, assumed context cap or None). Without measured steps or a declared context limit,
+def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any = None) -> tuple[Any, Any, int | None]:
+    """(planner, its search result, assumed context cap or None); ``ev``: the evaluator (None: the
+    cluster's). Without measured steps or a declared context limit,
     a prior that fits nothing (its own 65,536-token cap is a guess) is planned for the longest of
     ``ASSUMED_CAPS`` that fits, as ``LibraPolicy`` plans a replay's first step
     (docs/policy-core.md); a misfit that remains names ``--max-context``."""
@@ -141,8 +159,8 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any) -> tuple[
     from libra.policies.libra_policy import ASSUMED_CAPS
 
     try:
-        planner = Planner(cluster, options=opts)
-        return planner.to_plan(planner.search(history, prompts)), None
+        planner = Planner(cluster, ev=ev, options=opts)
+        return planner, planner.search(history, prompts), None
     except UserError as exc:
         if history or cluster.max_context is not None:
             hint = "" if history else "; a shorter --max-context TOKENS may fit"
@@ -150,13 +168,26 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any) -> tuple[
         first = exc
     for cap in ASSUMED_CAPS:
         try:
-            planner = Planner(dataclasses.replace(cluster, max_context=cap), options=opts)
-            return planner.to_plan(planner.search(history, prompts)), cap
+            planner = Planner(dataclasses.replace(cluster, max_context=cap), ev=ev, options=opts)
+            return planner, planner.search(history, prompts), cap
         except UserError:
             continue
     raise UserError(f"{first}; with no context limit declared it was also planned for "
                     f"{'/'.join(f'{c:,}' for c in ASSUMED_CAPS)}-token contexts and nothing fits: pass --max-context TOKENS "
                     "(your workload's limit), more GPUs or a bigger GPU") from None
+
+
+def _emit(framework: str, planner: Any, res: Any, history: list[Any], prompts: Any) -> int:
+    """``--emit``: the configuration on stdout, what changed and the predicted times on stderr."""
+    import sys
+
+    from libra.export.emit import emit_plan
+
+    out, lines = emit_plan(framework, planner, res, history, prompts)
+    for line in lines:
+        print(f"libra-sim plan --emit {framework}: {line}", file=sys.stderr)
+    sys.stdout.write(out.text)
+    return 0
 
 
 def _as_dict(cluster: Any, plan: Any, n_history: int, n_prompts: int) -> dict[str, Any]:
