@@ -122,6 +122,10 @@ def test_terms_that_are_not_identifiable_are_refused_in_one_line(tmp_path: Path,
     assert "leave-one-configuration-out" in out and "not identifiable: per_collective_s, kept at trtllm-2024's" in out  # its fit has neither TP term: TERMS order
     assert "measured: TP 1, 2, batch 1-64, h100" in out
     assert get_profile(tmp_path / "o.json").source["base_profile"] == "trtllm-2024"
+    for extra, msg in ((["--base", "nope"], "unknown engine profile 'nope'"), (["--rebuild-bundled"], "--rebuild-bundled takes no")):
+        assert calibrate(["fit-engine", str(p), "-o", str(tmp_path / "o.json"), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert msg in err and "\n" not in err
 
 
 def _bench_subset(tmp_path: Path, engine: str, model: str, gpu: str) -> Path:
