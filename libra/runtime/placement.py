@@ -72,7 +72,7 @@ class Actors:
         ``from_checkpoint_only``: the trainer died, do not try to checkpoint it first."""
         import ray
 
-        from libra.runtime.actors import make_group, start_engine, start_trainers
+        from libra.runtime.actors import make_engine_group, make_group, start_engine, start_trainers
         from libra.runtime.policyglue import plan_shape
         from libra.runtime.rollout_state import Instance
 
@@ -88,7 +88,7 @@ class Actors:
         self.instances = {}
         frac = 0.5 if plan.colocated else 1.0
         for inst in plan.instances:
-            pg = make_group(1, self.use_gpu, "STRICT_PACK", frac, per_bundle=inst.tp)
+            pg = make_engine_group(inst.tp, self.use_gpu, self.engine_kind or "torch", frac)
             self.groups.append(pg)
             h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, opts, self.use_gpu, inst.tp, frac)
             self.engines[inst.id] = h
@@ -96,7 +96,7 @@ class Actors:
         world = self.train_world(plan)
         tpg = make_group(world, self.use_gpu, "PACK", frac)
         self.groups.append(tpg)
-        self.trainers = start_trainers(tpg, world, self.learner_opts(plan), self.use_gpu, frac)
+        self.trainers, trainer_ready = start_trainers(tpg, world, self.learner_opts(plan), self.use_gpu, frac)
         try:
             ray.get([h.pid.remote() for h in self.engines.values()])
         except ray.exceptions.RayActorError as exc:  # an engine that cannot start is a setup problem, not a crash
@@ -106,7 +106,7 @@ class Actors:
                        lines[-1] if lines else type(exc).__name__)
             hint = "; --engine torch runs without vLLM" if self.engine_kind == "vllm" else ""
             raise UserError(f"the {self.engine_kind} rollout engine could not start for the plan's instances (TP {tps}): {why}{hint}") from None
-        ray.get([w.pid.remote() for w in self.trainers])
+        ray.get(trainer_ready)
         done = ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])[0]
         if done or self.weights_ref is not None:
             self.sync_weights()

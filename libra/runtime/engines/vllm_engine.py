@@ -24,7 +24,7 @@ class VLLMEngine:
     """One vLLM ``LLM`` with ``tp`` tensor-parallel ranks."""
 
     def __init__(self, model_dir: str, device: str = "cpu", seed: int = 0, max_context: int = 1024, tp: int = 1,
-                 kv_gib: int | None = None) -> None:
+                 kv_gib: int | None = None, executor: str | None = None) -> None:
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -45,6 +45,8 @@ class VLLMEngine:
         kw: dict[str, Any] = {}
         if device == "cuda":
             kw["gpu_memory_utilization"] = float(os.environ.get("LIBRA_VLLM_GPU_UTIL", "0.5"))
+        if executor is not None:  # engine_layout's: "ray" for TP >= 2 on GPUs (one worker per bundle), "uni", "mp"
+            kw["distributed_executor_backend"] = executor
         self.llm = LLM(model=model_dir, tokenizer=model_dir, dtype="float32" if device == "cpu" else "bfloat16", enforce_eager=True,
                        tensor_parallel_size=tp, enable_prefix_caching=True, max_model_len=max_context, seed=seed,
                        worker_extension_cls="libra.runtime.engines.vllm_ext.WeightSyncExtension", **kw)
