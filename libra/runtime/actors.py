@@ -85,6 +85,18 @@ class EngineActor:
     def load_state_dict(self, state: dict[str, Any]) -> float:
         return self.engine.load_state_dict(state)
 
+    def weight_sync_kind(self) -> bool:
+        """True when this engine receives weights by NCCL broadcast (vLLM on GPUs)."""
+        return bool(getattr(self.engine, "nccl_sync", False))
+
+    def join_weight_group(self, master: str, port: int, offset: int, world: int) -> None:
+        """vLLM on GPUs: this instance's workers join the trainer's NCCL broadcast group."""
+        self.engine.join_weight_group(master, port, offset, world)
+
+    def receive_weights(self, meta: dict[str, list[Any]]) -> float:
+        """vLLM on GPUs: receive the trainer's broadcast (blocks until it has arrived)."""
+        return self.engine.receive_weights(meta)
+
     def cached_tokens(self) -> int:
         return self.engine.cached_tokens()
 
@@ -185,6 +197,12 @@ class TrainWorker:
 
     def state_dict(self) -> dict[str, Any]:
         return self.learner.state_dict()
+
+    def weight_meta(self) -> dict[str, list[Any]]:
+        return self.learner.weight_meta()
+
+    def broadcast_weights(self, master: str | None = None, port: int = 0, world: int = 0) -> float:
+        return self.learner.broadcast_weights(master, port, world)
 
     def save_checkpoint(self, ckpt_dir: str) -> str:
         return self.learner.save_checkpoint(ckpt_dir)

@@ -222,7 +222,7 @@ class Runner:
             for step in range(first, cfg.steps):
                 self._step(step, policy, t_run)
             actors = self.actors
-            final_state = ray.get(actors.weights_ref) if (cfg.eval_tasks and self.rows and actors.weights_ref is not None) else None
+            final_state = actors.final_state() if (cfg.eval_tasks and self.rows and actors.synced) else None
             self.log(pool_summary(*self._pool_counts, streaming=self._streamed_any, declined=self._declined))
             summary = {"steps": len(self.rows), "wall_s": time.perf_counter() - t_run, "rows": self.rows, "out": self.out,
                        "engine": actors.engine_kind, "isolation": getattr(self, "isolation", None),

@@ -30,7 +30,10 @@ class Actors:
         self.trainers: list[Any] = []
         self.groups: list[Any] = []
         self.shape: Any = None
-        self.weights_ref: Any = None
+        self.weights_ref: Any = None  # the trainer's last weights in the object store (file path; helpers)
+        self.synced = False  # the engines hold trained weights (not the model folder's)
+        self.wgroup: tuple[str, int, int] | None = None  # the NCCL broadcast group (GPU vLLM path)
+        self.nccl_mode: bool | None = None  # whether this placement syncs over NCCL (decided at first sync)
         self.plan: Plan | None = None
         self.engine_kind: str | None = None  # set when engines are first started
 
@@ -66,6 +69,7 @@ class Actors:
         for pg in self.groups:
             remove_placement_group(pg)
         self.engines, self.trainers, self.groups = {}, [], []
+        self.wgroup, self.nccl_mode = None, None
 
     def place(self, plan: Plan, from_checkpoint_only: bool = False) -> float:
         """(Re)create actors for ``plan``'s shape; returns seconds spent (0 when unchanged).
@@ -108,7 +112,7 @@ class Actors:
             raise UserError(f"the {self.engine_kind} rollout engine could not start for the plan's instances (TP {tps}): {why}{hint}") from None
         ray.get(trainer_ready)
         done = ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])[0]
-        if done or self.weights_ref is not None:
+        if done or self.synced:
             self.sync_weights()
         self.shape = shape
         return time.perf_counter() - t0
@@ -129,21 +133,63 @@ class Actors:
         pg = self.groups[list(self.engines).index(inst.id)]
         h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, self.engine_opts(), self.use_gpu, inst.tp,
                          0.5 if self.plan.colocated else 1.0)
-        if self.weights_ref is not None:
-            ray.get(h.load_state_dict.remote(self.weights_ref))
         self.engines[inst.id] = h
+        if self.nccl_mode:  # a new member: rebuild the broadcast group around it and send the weights
+            self.wgroup = None
+            if self.synced:
+                self.sync_weights()
+        elif self.weights_ref is not None:
+            ray.get(h.load_state_dict.remote(self.weights_ref))
         self.log(f"rollout instance {inst.id} died; replaced (pid {ray.get(h.pid.remote())}), its trajectories re-queued")
         return h
 
     def sync_weights(self) -> float:
-        """The trainer's weights into every engine; seconds spent."""
+        """The trainer's weights into every engine; seconds spent. GPUs with vLLM: an NCCL
+        broadcast from trainer rank 0 into every engine worker (``weight_broadcast``); otherwise
+        the state dict through the object store into each engine (a safetensors file for vLLM)."""
         import ray
 
         t0 = time.perf_counter()
-        states = ray.get([w.state_dict.remote() for w in self.trainers])  # every rank (ZeRO-3 gathers)
-        self.weights_ref = ray.put(states[0])
-        ray.get([h.load_state_dict.remote(self.weights_ref) for h in self.engines.values()])
+        if self.nccl_mode is None:
+            self.nccl_mode = bool(self.use_gpu and self.engine_kind == "vllm" and self.engines
+                                  and all(ray.get([h.weight_sync_kind.remote() for h in self.engines.values()])))
+        if self.nccl_mode:
+            self._broadcast()
+            if self.cfg.trainer == "torch":  # lent gradient helpers load the step's weights from the object store
+                self.weights_ref = ray.put(ray.get(self.trainers[0].state_dict.remote()))
+        else:
+            states = ray.get([w.state_dict.remote() for w in self.trainers])  # every rank (ZeRO-3 gathers)
+            self.weights_ref = ray.put(states[0])
+            ray.get([h.load_state_dict.remote(self.weights_ref) for h in self.engines.values()])
+        self.synced = True
         return time.perf_counter() - t0
+
+    def _broadcast(self) -> None:
+        """One NCCL broadcast of the policy; builds the group first when there is none."""
+        import ray
+
+        from libra.runtime.weight_broadcast import group_layout
+
+        ids = sorted(self.engines)
+        joins: list[Any] = []
+        init: tuple[Any, ...] = ()
+        if self.wgroup is None:
+            master, port = ray.get(self.trainers[0].rendezvous.remote())
+            world, offsets = group_layout([self.instances[i].tp for i in ids])
+            joins = [self.engines[i].join_weight_group.remote(master, port, off, world) for i, off in zip(ids, offsets)]
+            self.wgroup = init = (master, port, world)
+        meta = ray.get(self.trainers[0].weight_meta.remote())
+        recv = [self.engines[i].receive_weights.remote(meta) for i in ids]
+        send = [w.broadcast_weights.remote(*(init if r == 0 else ())) for r, w in enumerate(self.trainers)]
+        ray.get(joins + send + recv)
+
+    def final_state(self) -> dict[str, Any]:
+        """The trainer's current weights on the driver (the held-out evaluation's)."""
+        import ray
+
+        if self.weights_ref is not None and not self.nccl_mode:
+            return ray.get(self.weights_ref)
+        return ray.get([w.state_dict.remote() for w in self.trainers])[0]  # every rank (ZeRO-3 gathers)
 
     def checkpoint(self) -> float:
         """Every trainer worker saves to the run's checkpoint folder; seconds spent."""

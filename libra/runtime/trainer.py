@@ -355,6 +355,31 @@ class Learner:
                 return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
         return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
 
+    def weight_meta(self) -> dict[str, list[Any]]:
+        """What ``broadcast_weights`` sends: names, dtype names (bf16), full shapes."""
+        from libra.runtime.weight_broadcast import weight_meta
+
+        return weight_meta(self.model, self.torch.bfloat16)
+
+    def broadcast_weights(self, master: str | None = None, port: int = 0, world: int = 0) -> float:
+        """The GPU weight sync (``weight_broadcast``): rank 0 sends every parameter in bf16
+        buckets over NCCL to the engines' workers; under ZeRO-3 every rank takes part in the
+        per-parameter gathers. ``master``/``port``/``world``: (re)build the group first (rank 0).
+        Returns seconds."""
+        from libra.runtime import weight_broadcast as wb
+
+        t0 = time.perf_counter()
+        if master is not None and self.rank == 0:
+            self._wgroup = wb.trainer_group(master, port, world)
+        params = wb.model_params(self.model, self.torch.bfloat16, self.rank, self.zero_stage == 3)
+        if self.rank == 0:
+            wb.send(params, self._wgroup)
+        else:
+            for _ in params:  # the gathers are collectives: drain in step with rank 0
+                pass
+        self.torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
     def save_checkpoint(self, ckpt_dir: str) -> str:
         """Write step ``step_done``'s checkpoint (model, optimizer, step) and return its path.
         Written to a temporary name and renamed, so a kill mid-write leaves the previous one."""

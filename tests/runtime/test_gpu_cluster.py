@@ -241,3 +241,69 @@ def test_tp2_vllm_instance_starts_in_its_group_on_two_gpus(ray_local) -> None:  
         ray.get(h.shutdown.remote())
     finally:
         remove_placement_group(pg)
+
+
+# ---- weight sync over NCCL: layout (pure) and the GPU path (skipped without CUDA) --------------------
+def test_broadcast_group_puts_the_trainer_first_and_each_instances_workers_after() -> None:
+    from libra.runtime.weight_broadcast import group_layout
+
+    assert group_layout([2, 1, 4]) == (8, [1, 3, 4])
+    assert group_layout([1]) == (2, [1])
+    with pytest.raises(ValueError):
+        group_layout([0])
+
+
+@needs_torch
+def test_broadcast_metadata_names_every_parameter_in_bf16() -> None:
+    import torch
+
+    from libra.runtime.trainer import Learner
+    from libra.runtime.tiny_model import DEFAULT_DIR
+    from libra.runtime.weight_broadcast import model_params, weight_meta
+
+    ln = Learner(DEFAULT_DIR, seed=0)
+    meta = ln.weight_meta()
+    assert meta == weight_meta(ln.model, torch.bfloat16)
+    assert set(meta["dtype_names"]) == {"bfloat16"} and len(meta["names"]) == len(list(ln.model.parameters()))
+    sent = list(model_params(ln.model, torch.bfloat16, rank=0, zero3=False))
+    assert [n for n, _ in sent] == meta["names"] and [list(t.shape) for _, t in sent] == meta["shapes"]
+    assert all(t.dtype == torch.bfloat16 for _, t in sent)
+    assert list(model_params(ln.model, torch.bfloat16, rank=1, zero3=False)) == []  # only rank 0 sends
+
+
+@needs_2_gpus_vllm
+def test_nccl_weight_sync_equals_the_file_path_on_gpus(ray_local) -> None:  # pragma: no cover - GPU only
+    """A TP-1 vLLM instance on GPU 1 gets the trainer's (GPU 0) weights by NCCL broadcast; its
+    greedy output then equals that of an instance loaded through the safetensors file path."""
+    ray = ray_local
+    from ray.util.placement_group import remove_placement_group
+
+    from libra.runtime.actors import make_engine_group, make_group, start_engine, start_trainers
+    from libra.runtime.engines.base import TurnRequest
+    from libra.runtime.tiny_model import DEFAULT_DIR
+    from libra.runtime.weight_broadcast import group_layout
+
+    pgs = [make_group(1, True, "PACK"), make_engine_group(1, True, "vllm")]
+    try:
+        workers, ready = start_trainers(pgs[0], 1, {"model_dir": DEFAULT_DIR, "device": "cuda", "seed": 0}, True)
+        ray.get(ready)
+        eng = start_engine(pgs[1], 0, "vllm", DEFAULT_DIR, {"device": "cuda", "seed": 0, "max_context": 256}, True, 1)
+        assert ray.get(eng.weight_sync_kind.remote())
+        from libra.runtime.grpo import Sample
+
+        # move the trainer away from the folder's weights, so a broadcast that did not arrive shows
+        samples = [Sample(tuple(range(12, 40)), tuple([0] * 8 + [1] * 20), (-1.0) ** k) for k in range(4)]
+        ray.get(workers[0].train_step.remote(samples))
+        master, port = ray.get(workers[0].rendezvous.remote())
+        world, offs = group_layout([1])
+        meta = ray.get(workers[0].weight_meta.remote())
+        ray.get([eng.join_weight_group.remote(master, port, offs[0], world), workers[0].broadcast_weights.remote(master, port, world),
+                 eng.receive_weights.remote(meta)])
+        req = [TurnRequest("t", (1, 2, 3, 4), 8, temperature=0.0)]
+        via_nccl = ray.get(eng.generate.remote(req))[0].tokens
+        ray.get(eng.load_state_dict.remote(ray.get(workers[0].state_dict.remote())))
+        via_file = ray.get(eng.generate.remote(req))[0].tokens
+        assert via_nccl == via_file
+    finally:
+        for pg in pgs:
+            remove_placement_group(pg)

@@ -6,8 +6,11 @@ tokens, and one that moved recomputes its context (``prefill``). On CPU: ``enfor
 (no compile, 15 s start), ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV (set by the runner), and
 ``shutdown()`` must run before Ray stops or the engine core's shared memory leaks.
 
-Weight sync: ``collective_rpc("libra_load_weights")`` (``vllm_ext``) runs ``load_weights`` on every worker of the engine (all TP
-ranks) with the trainer's state dict, then the prefix cache is reset (its KV is stale).
+Weight sync: on GPUs, the trainer's NCCL broadcast (``weight_broadcast``; ``join_weight_group``,
+``receive_weights``: vLLM's weight-transfer API). Otherwise (CPU, or a vLLM without that API)
+``collective_rpc("libra_load_weights")`` (``vllm_ext``) runs ``load_weights`` on every worker of
+the engine (all TP ranks) with the trainer's state dict written to a safetensors file; either
+way the prefix cache is reset (its KV is stale).
 """
 
 from __future__ import annotations
@@ -45,6 +48,15 @@ class VLLMEngine:
         kw: dict[str, Any] = {}
         if device == "cuda":
             kw["gpu_memory_utilization"] = float(os.environ.get("LIBRA_VLLM_GPU_UTIL", "0.5"))
+        self.nccl_sync = False
+        if device == "cuda":
+            try:  # the trainer broadcasts weights over NCCL into every worker (weight_broadcast)
+                from vllm.config import WeightTransferConfig
+
+                kw["weight_transfer_config"] = WeightTransferConfig(backend="nccl")
+                self.nccl_sync = True
+            except ImportError:  # this vLLM has no weight-transfer API: the file path below
+                pass
         if executor is not None:  # engine_layout's: "ray" for TP >= 2 on GPUs (one worker per bundle), "uni", "mp"
             kw["distributed_executor_backend"] = executor
         self.llm = LLM(model=model_dir, tokenizer=model_dir, dtype="float32" if device == "cpu" else "bfloat16", enforce_eager=True,
@@ -115,6 +127,24 @@ class VLLMEngine:
             self.llm.collective_rpc("libra_load_weights", args=(path,))
         finally:
             os.unlink(path)
+        self.llm.reset_prefix_cache()
+        self._resident.clear()
+        return time.perf_counter() - t0
+
+    def join_weight_group(self, master: str, port: int, offset: int, world: int) -> None:
+        """Join the trainer's NCCL group (``weight_broadcast.group_layout``: this instance's
+        workers are ranks ``offset`` ..)."""
+        self.llm.init_weight_transfer({"init_info": {"master_address": master, "master_port": port, "rank_offset": offset,
+                                                     "world_size": world}})
+
+    def receive_weights(self, meta: dict[str, list[Any]]) -> float:
+        """Receive one broadcast of the policy (``meta``: names, dtype names, shapes) and load it
+        in every worker, then drop the prefix cache (its KV is stale)."""
+        t0 = time.perf_counter()
+        self.llm.update_weights({"update_info": {**meta, "packed": True}})
+        fin = getattr(self.llm, "finalize_weight_update", None)
+        if fin is not None:
+            fin()
         self.llm.reset_prefix_cache()
         self._resident.clear()
         return time.perf_counter() - t0
