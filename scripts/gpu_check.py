@@ -311,13 +311,13 @@ class Check:
         from cost_models import CostEvaluator
         from libra.runtime.engines.base import TurnRequest
         from libra.runtime.engines.torch_engine import TorchEngine
-        from libra.runtime.protocol import prompt_text
-        from libra.runtime.tiny_model import DEFAULT_DIR, encode
+        from libra.runtime.chat_format import for_tokenizer
+        from libra.runtime.tiny_model import DEFAULT_DIR
 
         def one() -> None:
             eng = TorchEngine(DEFAULT_DIR, device=self.device.type, seed=0)
             ev = CostEvaluator(self.gpu, os.path.join(DEFAULT_DIR, "config.json"), gpus_per_node=1)
-            ctx = tuple(encode(eng.tokenizer, prompt_text("Compute 37*41+5.")))
+            ctx = tuple(for_tokenizer(eng.tokenizer).prompt_ids("Compute 37*41+5."))
             batch, new = 8, 32
             reqs = [TurnRequest(f"t{i}", ctx, new, temperature=1.0, seed=i) for i in range(batch)]
             eng.generate(reqs)  # warm-up

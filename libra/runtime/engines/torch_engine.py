@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from libra.runtime.engines.base import TurnRequest, TurnResult
-from libra.runtime.protocol import STOP_STRINGS
+from libra.runtime.chat_format import for_tokenizer
 
 
 def _kv_layers(cache: Any) -> list[tuple[Any, Any]]:
@@ -81,7 +81,8 @@ class TorchEngine:
 
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self.stop_ids = {self.tokenizer.convert_tokens_to_ids(s) for s in STOP_STRINGS}
+        # a turn stops where the chat format says (the tiny policy: </tool_call> or <|im_end|>; a chat template: <|im_end|>)
+        self.stop_ids = {self.tokenizer.convert_tokens_to_ids(s) for s in for_tokenizer(self.tokenizer).stop_strings}
         self.max_context = max_context
         self.max_cached_seqs = max_cached_seqs
         self.seed = seed

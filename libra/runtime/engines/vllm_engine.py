@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from libra.runtime.engines.base import TurnRequest, TurnResult
-from libra.runtime.protocol import STOP_STRINGS
+from libra.runtime.chat_format import for_tokenizer
 
 
 class VLLMEngine:
@@ -44,7 +44,7 @@ class VLLMEngine:
         from vllm import LLM
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.stop_ids = [self.tokenizer.convert_tokens_to_ids(s) for s in STOP_STRINGS]
+        self.stop_ids = [self.tokenizer.convert_tokens_to_ids(s) for s in for_tokenizer(self.tokenizer).stop_strings]
         kw: dict[str, Any] = {}
         if device == "cuda":
             kw["gpu_memory_utilization"] = float(os.environ.get("LIBRA_VLLM_GPU_UTIL", "0.5"))
