@@ -85,6 +85,16 @@ class EngineActor:
     def load_state_dict(self, state: dict[str, Any]) -> float:
         return self.engine.load_state_dict(state)
 
+    def sleep(self) -> int:
+        """Release the engine's device memory for a colocated trainer (``wake`` undoes it)."""
+        fn = getattr(self.engine, "sleep", None)
+        return int(fn()) if fn is not None else 0
+
+    def wake(self) -> None:
+        fn = getattr(self.engine, "wake", None)
+        if fn is not None:
+            fn()
+
     def weight_sync_kind(self) -> bool:
         """True when this engine receives weights by NCCL broadcast (vLLM on GPUs)."""
         return bool(getattr(self.engine, "nccl_sync", False))
@@ -239,30 +249,32 @@ def make_engine_group(tp: int, use_gpu: bool, kind: str, frac: float = 1.0) -> P
     from libra.runtime.engine_layout import engine_layout
 
     lay = engine_layout(tp, use_gpu, kind, frac)
-    return make_group(tp, use_gpu, lay.strategy, frac, bundles=list(lay.bundles))
+    return make_group(tp, use_gpu, lay.strategy, bundles=list(lay.bundles))
 
 
-def engine_actor_options(pg: PlacementGroup, tp: int, use_gpu: bool, kind: str, frac: float = 1.0) -> dict[str, Any]:
+def engine_actor_options(pg: PlacementGroup, tp: int, use_gpu: bool, kind: str, frac: float = 1.0,
+                         first_bundle: int = 0) -> dict[str, Any]:
     """``EngineActor.options(...)`` for an instance in ``pg`` (``engine_layout``): its resources,
-    bundle 0, and child tasks (vLLM's Ray workers) captured into the group."""
+    its first bundle, and child tasks (vLLM's Ray workers) captured into the group."""
     from libra.runtime.engine_layout import engine_layout
 
-    lay = engine_layout(tp, use_gpu, kind, frac)
+    lay = engine_layout(tp, use_gpu, kind, frac, first_bundle)
     return {"scheduling_strategy": _in_group(pg, lay.actor_bundle, lay.capture_child_tasks), **lay.actor_resources}
 
 
 def start_engine(pg: PlacementGroup, instance: int, kind: str, model_dir: str, opts: dict[str, Any], use_gpu: bool, tp: int,
-                 frac: float = 1.0) -> Any:
-    """An ``EngineActor`` for the instance's group (``make_engine_group``), laid out by
-    ``engine_layout``: on GPUs with TP >= 2 vLLM's Ray executor puts one worker in each bundle."""
+                 frac: float = 1.0, first_bundle: int = 0) -> Any:
+    """An ``EngineActor`` for the instance's group (``make_engine_group``, or a colocated plan's
+    shared group from ``first_bundle``), laid out by ``engine_layout``: on GPUs with TP >= 2
+    vLLM's Ray executor puts one worker in each of the instance's bundles."""
     from libra.runtime.engine_layout import engine_layout
 
-    lay = engine_layout(tp, use_gpu, kind, frac)
+    lay = engine_layout(tp, use_gpu, kind, frac, first_bundle)
     if kind == "vllm":
         opts = {**opts, "tp": tp, "executor": lay.executor}  # vLLM shards the model over the group's tp devices
     else:
         opts = {**opts, "threads": (opts.get("threads") or 1) * tp}  # the torch engine: tp CPU threads
-    return EngineActor.options(**engine_actor_options(pg, tp, use_gpu, kind, frac)).remote(
+    return EngineActor.options(**engine_actor_options(pg, tp, use_gpu, kind, frac, first_bundle)).remote(
         instance, kind, model_dir, opts, lay.env, lay.unset_visible_devices)
 
 

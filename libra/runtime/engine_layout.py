@@ -36,20 +36,22 @@ class EngineLayout:
     unset_visible_devices: bool = False  # the actor holds no GPU: let vLLM's workers pick theirs
 
 
-def engine_layout(tp: int, use_gpu: bool, kind: str, frac: float = 1.0) -> EngineLayout:
+def engine_layout(tp: int, use_gpu: bool, kind: str, frac: float = 1.0, first_bundle: int = 0) -> EngineLayout:
     """The layout of a TP-``tp`` instance of engine ``kind`` (see the module docstring). ``frac``
-    < 1 is the share of each device a colocated plan gives the rollout role."""
+    < 1 is the share of each device a colocated plan gives the rollout role; ``first_bundle``:
+    the instance's first bundle in a group it shares (a colocated plan's one group, where the
+    trainer takes the other share of the same bundles), 0 in its own group."""
     if tp < 1:
         raise ValueError(f"tp must be >= 1, got {tp}")
     res = "GPU" if use_gpu else "CPU"
-    bundles = tuple({res: float(frac)} for _ in range(tp))
+    bundles = tuple({res: 1.0} for _ in range(tp))
     if use_gpu and kind == "vllm" and tp > 1:
-        return EngineLayout(bundles, "STRICT_PACK", {"num_cpus": 0.0, "num_gpus": 0.0}, 0, True,
-                            env={"VLLM_RAY_BUNDLE_INDICES": ",".join(str(i) for i in range(tp)),
+        return EngineLayout(bundles, "STRICT_PACK", {"num_cpus": 0.0, "num_gpus": 0.0}, first_bundle, True,
+                            env={"VLLM_RAY_BUNDLE_INDICES": ",".join(str(first_bundle + i) for i in range(tp)),
                                  "VLLM_RAY_PER_WORKER_GPUS": str(float(frac))},
                             executor="ray", unset_visible_devices=True)
     if use_gpu:
-        return EngineLayout(bundles, "STRICT_PACK", {"num_cpus": 0.0, "num_gpus": float(frac)}, 0, True,
+        return EngineLayout(bundles, "STRICT_PACK", {"num_cpus": 0.0, "num_gpus": float(frac)}, first_bundle, True,
                             executor="uni" if kind == "vllm" else None)
-    return EngineLayout(bundles, "STRICT_PACK", {"num_cpus": float(frac)}, 0, True,
+    return EngineLayout(bundles, "STRICT_PACK", {"num_cpus": float(frac)}, first_bundle, True,
                         executor="mp" if kind == "vllm" and tp > 1 else None)

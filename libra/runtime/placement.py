@@ -34,6 +34,8 @@ class Actors:
         self.synced = False  # the engines hold trained weights (not the model folder's)
         self.wgroup: tuple[str, int, int] | None = None  # the NCCL broadcast group (GPU vLLM path)
         self.nccl_mode: bool | None = None  # whether this placement syncs over NCCL (decided at first sync)
+        self.slots: dict[int, tuple[Any, int]] = {}  # instance -> (its placement group, its first bundle)
+        self.asleep = False  # a colocated plan's engines released their GPU memory for training
         self.plan: Plan | None = None
         self.engine_kind: str | None = None  # set when engines are first started
 
@@ -42,7 +44,9 @@ class Actors:
         self.engine_kind = kind = engine_kind(cfg)
         if kind == "torch":
             return {"device": cfg.device, "seed": cfg.seed, "max_context": cfg.max_context, "threads": cfg.threads}
-        return {"device": cfg.device, "seed": cfg.seed, "max_context": cfg.max_context, "kv_gib": cfg.vllm_kv_gib}
+        colocated = self.plan is not None and self.plan.colocated  # a colocated trainer shares the GPU
+        return {"device": cfg.device, "seed": cfg.seed, "max_context": cfg.max_context, "kv_gib": cfg.vllm_kv_gib,
+                "gpu_util": 0.5 if colocated else 0.9, "sleep_mode": colocated}
 
     def learner_opts(self, plan: Plan) -> dict[str, Any]:
         cfg = self.cfg
@@ -69,7 +73,7 @@ class Actors:
         for pg in self.groups:
             remove_placement_group(pg)
         self.engines, self.trainers, self.groups = {}, [], []
-        self.wgroup, self.nccl_mode = None, None
+        self.wgroup, self.nccl_mode, self.asleep = None, None, False
 
     def place(self, plan: Plan, from_checkpoint_only: bool = False) -> float:
         """(Re)create actors for ``plan``'s shape; returns seconds spent (0 when unchanged).
@@ -91,15 +95,31 @@ class Actors:
         opts = self.engine_opts()
         self.instances = {}
         frac = 0.5 if plan.colocated else 1.0
+        world = self.train_world(plan)
+        self.slots = {}
+        tpg = None
+        if plan.colocated:
+            # one group for both roles: instance i's TP ranks and trainer rank r take half of the
+            # same one-device bundles, so the roles share GPUs by construction (verl's hybrid engine)
+            n = max(sum(i.tp for i in plan.instances), world)
+            tpg = make_group(n, self.use_gpu, "PACK")
+            self.groups.append(tpg)
+            off = 0
+            for inst in plan.instances:
+                self.slots[inst.id] = (tpg, off)
+                off += inst.tp
         for inst in plan.instances:
-            pg = make_engine_group(inst.tp, self.use_gpu, self.engine_kind or "torch", frac)
-            self.groups.append(pg)
-            h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, opts, self.use_gpu, inst.tp, frac)
+            if inst.id not in self.slots:
+                pg = make_engine_group(inst.tp, self.use_gpu, self.engine_kind or "torch", frac)
+                self.groups.append(pg)
+                self.slots[inst.id] = (pg, 0)
+            pg, first = self.slots[inst.id]
+            h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, opts, self.use_gpu, inst.tp, frac, first)
             self.engines[inst.id] = h
             self.instances[inst.id] = Instance(inst.id, inst.tp, inst.bucket, inst.node, h, kv_capacity=self.kv_capacity(inst.tp))
-        world = self.train_world(plan)
-        tpg = make_group(world, self.use_gpu, "PACK", frac)
-        self.groups.append(tpg)
+        if tpg is None:
+            tpg = make_group(world, self.use_gpu, "PACK", frac)
+            self.groups.append(tpg)
         self.trainers, trainer_ready = start_trainers(tpg, world, self.learner_opts(plan), self.use_gpu, frac)
         try:
             ray.get([h.pid.remote() for h in self.engines.values()])
@@ -130,9 +150,9 @@ class Actors:
         from libra.runtime.actors import start_engine
 
         assert self.plan is not None
-        pg = self.groups[list(self.engines).index(inst.id)]
+        pg, first = self.slots[inst.id]
         h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, self.engine_opts(), self.use_gpu, inst.tp,
-                         0.5 if self.plan.colocated else 1.0)
+                         0.5 if self.plan.colocated else 1.0, first)
         self.engines[inst.id] = h
         if self.nccl_mode:  # a new member: rebuild the broadcast group around it and send the weights
             self.wgroup = None
@@ -150,8 +170,12 @@ class Actors:
         import ray
 
         t0 = time.perf_counter()
+        self.wake_engines()
         if self.nccl_mode is None:
-            self.nccl_mode = bool(self.use_gpu and self.engine_kind == "vllm" and self.engines
+            # not for colocated plans: NCCL refuses two ranks on one GPU (their trainer rank 0 shares
+            # a GPU with an engine worker); they take the file path (CUDA IPC is not implemented)
+            colocated = self.plan is not None and self.plan.colocated
+            self.nccl_mode = bool(self.use_gpu and self.engine_kind == "vllm" and self.engines and not colocated
                                   and all(ray.get([h.weight_sync_kind.remote() for h in self.engines.values()])))
         if self.nccl_mode:
             self._broadcast()
@@ -163,6 +187,24 @@ class Actors:
             ray.get([h.load_state_dict.remote(self.weights_ref) for h in self.engines.values()])
         self.synced = True
         return time.perf_counter() - t0
+
+    def sleep_engines(self) -> float:
+        """A colocated plan's engines release their device memory before training (vLLM sleep
+        mode on GPUs; the torch engine moves its weights to the host); seconds spent."""
+        import ray
+
+        t0 = time.perf_counter()
+        ray.get([h.sleep.remote() for h in self.engines.values()])
+        self.asleep = True
+        return time.perf_counter() - t0
+
+    def wake_engines(self) -> None:
+        """Engines back on their devices (before the weight sync that follows training)."""
+        import ray
+
+        if self.asleep:
+            ray.get([h.wake.remote() for h in self.engines.values()])
+            self.asleep = False
 
     def _broadcast(self) -> None:
         """One NCCL broadcast of the policy; builds the group first when there is none."""

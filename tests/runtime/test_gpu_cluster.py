@@ -46,10 +46,13 @@ def test_tp2_vllm_on_gpus_is_two_one_gpu_bundles_and_a_gpu_less_actor() -> None:
     # TP 1 on a GPU: the actor takes the GPU and vLLM runs in-process
     one = engine_layout(1, use_gpu=True, kind="vllm")
     assert one.bundles == ({"GPU": 1.0},) and one.actor_resources["num_gpus"] == 1.0 and one.executor == "uni" and not one.env
-    # a colocated plan's half device per role is each bundle's and each vLLM worker's share
-    half = engine_layout(4, use_gpu=True, kind="vllm", frac=0.5)
-    assert half.bundles == tuple({"GPU": 0.5} for _ in range(4)) and half.env["VLLM_RAY_PER_WORKER_GPUS"] == "0.5"
-    assert half.env["VLLM_RAY_BUNDLE_INDICES"] == "0,1,2,3"
+    # a colocated plan: the instance's TP ranks take half of bundles 4..7 of the group it shares
+    # with the trainer (whose rank r takes the other half of bundle r)
+    half = engine_layout(4, use_gpu=True, kind="vllm", frac=0.5, first_bundle=4)
+    assert half.bundles == tuple({"GPU": 1.0} for _ in range(4)) and half.env["VLLM_RAY_PER_WORKER_GPUS"] == "0.5"
+    assert half.env["VLLM_RAY_BUNDLE_INDICES"] == "4,5,6,7" and half.actor_bundle == 4
+    tp1 = engine_layout(1, use_gpu=True, kind="vllm", frac=0.5, first_bundle=3)
+    assert tp1.actor_bundle == 3 and tp1.actor_resources["num_gpus"] == 0.5
     with pytest.raises(ValueError):
         engine_layout(0, True, "vllm")
 
@@ -122,6 +125,58 @@ def test_engine_group_on_ray_holds_tp_bundles_and_captures_the_engines_workers(r
         mine, childs = ray.get(probe.where.remote(), timeout=90)
         assert mine == pg.id.hex() and childs == pg.id.hex()
         ray.kill(probe)
+    finally:
+        remove_placement_group(pg)
+
+
+@needs_torch
+def test_torch_engine_sleeps_and_wakes_with_the_same_outputs() -> None:
+    """A colocated plan's engine releases its memory for training (KV caches dropped; weights to
+    the host on a GPU) and comes back unchanged."""
+    from libra.runtime.chat_format import for_tokenizer
+    from libra.runtime.engines.base import TurnRequest
+    from libra.runtime.engines.torch_engine import TorchEngine
+    from libra.runtime.tiny_model import DEFAULT_DIR
+
+    eng = TorchEngine(DEFAULT_DIR, seed=0)
+    ctx = tuple(for_tokenizer(eng.tokenizer).prompt_ids("Compute 12*34+5."))
+    req = [TurnRequest("a", ctx, 8, temperature=0.0)]
+    before = eng.generate(req)[0].tokens
+    assert eng.cached_tokens() > 0
+    assert eng.sleep() > 0 and eng.cached_tokens() == 0
+    eng.wake()
+    again = eng.generate(req)[0]
+    assert again.tokens == before and again.cached_tokens == 0  # recomputed: the KV was released
+
+
+@needs_ray
+def test_colocated_roles_share_one_group_bundle_by_bundle(ray_local) -> None:
+    """A colocated plan's engine (TP 1, half a device, bundle 1) and a trainer worker (the other
+    half of bundle 1) both start in the one group that holds both roles."""
+    ray = ray_local
+    from ray.util.placement_group import remove_placement_group
+
+    from libra.runtime.actors import engine_actor_options, make_group
+
+    pg = make_group(2, use_gpu=False, strategy="PACK")
+    try:
+        assert [dict(b) for b in pg.bundle_specs] == [{"CPU": 1.0}, {"CPU": 1.0}]
+        opts = engine_actor_options(pg, 1, use_gpu=False, kind="torch", frac=0.5, first_bundle=1)
+        assert opts["num_cpus"] == 0.5 and opts["scheduling_strategy"].placement_group_bundle_index == 1
+
+        @ray.remote
+        class Probe:
+            def group(self) -> str | None:
+                g = ray.util.get_current_placement_group()
+                return None if g is None else g.id.hex()
+
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        eng = Probe.options(**opts).remote()
+        trainer = Probe.options(num_cpus=0.5, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=1)).remote()
+        assert ray.get([eng.group.remote(), trainer.group.remote()], timeout=60)[0] == pg.id.hex()
+        ray.kill(eng)
+        ray.kill(trainer)
     finally:
         remove_placement_group(pg)
 

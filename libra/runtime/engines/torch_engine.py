@@ -93,6 +93,19 @@ class TorchEngine:
     def cached_tokens(self) -> int:
         return sum(len(t) for t, _, _ in self._cache.values())
 
+    def sleep(self) -> int:
+        """Release device memory for a colocated trainer: drop every KV cache and, on a GPU, move
+        the weights to host memory (``wake`` brings them back). Returns the KV tokens freed."""
+        freed = self.drop(list(self._cache))
+        if self.device.type == "cuda":
+            self.model.to("cpu")
+            self.torch.cuda.empty_cache()
+        return freed
+
+    def wake(self) -> None:
+        """Back from ``sleep``: the weights on the device again (the next weight sync overwrites them)."""
+        self.model.to(self.device)
+
     def drop(self, traj_ids: list[str]) -> int:
         freed = 0
         for t in traj_ids:

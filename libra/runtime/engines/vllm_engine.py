@@ -27,7 +27,7 @@ class VLLMEngine:
     """One vLLM ``LLM`` with ``tp`` tensor-parallel ranks."""
 
     def __init__(self, model_dir: str, device: str = "cpu", seed: int = 0, max_context: int = 1024, tp: int = 1,
-                 kv_gib: int | None = None, executor: str | None = None) -> None:
+                 kv_gib: int | None = None, executor: str | None = None, gpu_util: float = 0.9, sleep_mode: bool = False) -> None:
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -47,8 +47,13 @@ class VLLMEngine:
         self.stop_ids = [self.tokenizer.convert_tokens_to_ids(s) for s in for_tokenizer(self.tokenizer).stop_strings]
         kw: dict[str, Any] = {}
         if device == "cuda":
-            kw["gpu_memory_utilization"] = float(os.environ.get("LIBRA_VLLM_GPU_UTIL", "0.5"))
+            # the share of GPU memory vLLM takes: the cost model's 0.9 on rollout-only GPUs, 0.5 when a
+            # colocated plan's trainer shares the GPU (LIBRA_VLLM_GPU_UTIL overrides)
+            kw["gpu_memory_utilization"] = float(os.environ.get("LIBRA_VLLM_GPU_UTIL", str(gpu_util)))
         self.nccl_sync = False
+        self.sleep_mode = bool(sleep_mode and device == "cuda")  # vLLM's sleep mode needs CUDA
+        if self.sleep_mode:  # a colocated plan: free weights and KV cache while the trainer runs
+            kw["enable_sleep_mode"] = True
         if device == "cuda":
             try:  # the trainer broadcasts weights over NCCL into every worker (weight_broadcast)
                 from vllm.config import WeightTransferConfig
@@ -59,7 +64,8 @@ class VLLMEngine:
                 pass
         if executor is not None:  # engine_layout's: "ray" for TP >= 2 on GPUs (one worker per bundle), "uni", "mp"
             kw["distributed_executor_backend"] = executor
-        self.llm = LLM(model=model_dir, tokenizer=model_dir, dtype="float32" if device == "cpu" else "bfloat16", enforce_eager=True,
+        # CUDA graphs on GPUs (the engine profile the simulator prices has them); eager on CPU (no compile, 15 s start)
+        self.llm = LLM(model=model_dir, tokenizer=model_dir, dtype="float32" if device == "cpu" else "bfloat16", enforce_eager=device == "cpu",
                        tensor_parallel_size=tp, enable_prefix_caching=True, max_model_len=max_context, seed=seed,
                        worker_extension_cls="libra.runtime.engines.vllm_ext.WeightSyncExtension", **kw)
         self.max_context = max_context
@@ -130,6 +136,23 @@ class VLLMEngine:
         self.llm.reset_prefix_cache()
         self._resident.clear()
         return time.perf_counter() - t0
+
+    def sleep(self) -> int:
+        """Release GPU memory for a colocated trainer (vLLM sleep level 1: weights to host memory,
+        KV cache discarded); without sleep mode only the prefix cache is dropped. Returns the KV
+        tokens the driver had counted resident."""
+        freed = sum(self._resident.values())
+        if self.sleep_mode:
+            self.llm.sleep(level=1)
+        else:
+            self.llm.reset_prefix_cache()
+        self._resident.clear()
+        return freed
+
+    def wake(self) -> None:
+        """Back from ``sleep`` (the next weight sync overwrites the weights)."""
+        if self.sleep_mode:
+            self.llm.wake_up()
 
     def join_weight_group(self, master: str, port: int, offset: int, world: int) -> None:
         """Join the trainer's NCCL group (``weight_broadcast.group_layout``: this instance's
