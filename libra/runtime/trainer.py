@@ -8,7 +8,10 @@ fused Adam.
 
 A step: the old policy's log-probs are computed first (no grad, the weights that generated the
 rollout), then ``mini_batches`` optimizer steps over this worker's shard, each with the clipped
-GRPO loss (``grpo``), optionally with a KL penalty to the frozen initial model.
+GRPO loss (``grpo``), optionally with a KL penalty to the frozen initial model. Every forward
+covers at most ``logprob_tokens`` tokens (``grpo.accumulate_grpo``: gradients accumulated over
+micro-batches), so a batch's full-vocabulary logits never exist at once. On GPUs: bf16 compute
+with fp32 master weights; ZeRO-3 builds the model partitioned (``load_zero3``).
 
 Streaming (``begin_step``, ``train_minibatch`` per mini-batch as its GRPO groups complete,
 ``end_step``): the mini-batches arrive while the rollout still runs, after earlier optimizer
