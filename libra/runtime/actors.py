@@ -191,7 +191,8 @@ class TrainWorker:
         keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
         ln = self.learner
         return {**{k: os.environ.get(k) for k in keys}, "built_partitioned": bool(getattr(ln, "built_partitioned", False)),
-                "bf16": bool(getattr(ln, "bf16", False)), "zero_stage": getattr(ln, "zero_stage", None)}
+                "bf16": bool(getattr(ln, "bf16", False)), "zero_stage": getattr(ln, "zero_stage", None),
+                "frozen_partitioned": ln is not None and ln.ref is not None and ln.zero3_partitioned(ln.ref)}
 
     def train_step(self, samples: list[Any], die_after: int | None = None) -> dict[str, float]:
         return self.learner.train_step(samples, die_after)

@@ -139,6 +139,8 @@ class Learner:
             if not torch.distributed.is_initialized():
                 deepspeed.init_distributed(dist_backend="gloo" if self.device.type == "cpu" else "nccl")
         load_dtype = torch.bfloat16 if (self.bf16 and backend == "deepspeed") else torch.float32
+        self._ds_cfg, self._load_dtype = ds_cfg, load_dtype
+        self._zero3 = backend == "deepspeed" and zero_stage == 3  # frozen copies are partitioned too
         if backend == "deepspeed" and zero_stage == 3:
             model = load_zero3(model_dir, ds_cfg, load_dtype, rank)  # each rank builds only its partition
         else:
@@ -166,12 +168,23 @@ class Learner:
         return any(hasattr(p, "ds_id") for p in model.parameters())
 
     def _frozen(self) -> Any:
-        """A frozen copy of the model folder's policy (reference or behaviour). On GPUs in bf16
-        (the forward's precision; half an fp32 copy); it is a full copy on every rank, also under
-        ZeRO-3 (docs/runtime.md: a stated limit)."""
+        """A frozen copy of the model folder's policy (reference or behaviour), in bf16 on GPUs.
+        Under ZeRO-3 it is partitioned like the policy (built by ``load_zero3`` and wrapped by
+        DeepSpeed without an optimizer, whose hooks gather each layer for its forward), so no
+        rank holds a whole copy; otherwise a full copy on every rank."""
+        torch = self.torch
+        if self._zero3:
+            import deepspeed
+
+            cfg = {k: v for k, v in self._ds_cfg.items() if k not in ("gradient_clipping", "zero_allow_untested_optimizer")}
+            m = load_zero3(self.model_dir, cfg, self._load_dtype, self.rank)
+            for p in m.parameters():
+                p.requires_grad_(False)
+            eng, *_ = deepspeed.initialize(model=m, config=cfg)
+            eng.eval()
+            return eng
         from transformers import AutoModelForCausalLM
 
-        torch = self.torch
         m = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.bfloat16 if self.bf16 else torch.float32)
         m = m.to(self.device).eval()
         for p in m.parameters():
@@ -213,9 +226,11 @@ class Learner:
             return token_logprobs(net, ids, attn, self.logprob_tokens, self._micro_count(ids.shape[0], ids.shape[1]))
 
     def _frozen_logp(self, model: Any, ids: Any, attn: Any) -> Any:
-        """Log-probs under a frozen full copy (no collectives: rank-local micro-batches)."""
+        """Log-probs under a frozen copy: rank-local micro-batches for a full copy, the ranks'
+        agreed count for a ZeRO-3 partitioned one (its forwards gather parameters)."""
+        count = self._micro_count(ids.shape[0], ids.shape[1]) if self._zero3 else None
         with self.torch.no_grad(), self._autocast():
-            return token_logprobs(model, ids, attn, self.logprob_tokens)
+            return token_logprobs(model, ids, attn, self.logprob_tokens, count)
 
     def _update(self, batch: tuple[Any, Any, Any, Any], old: Any, ref: Any, scale: float = 1.0) -> dict[str, float]:
         """One optimizer step on ``batch``: gradients accumulated over micro-batches of at most
@@ -268,10 +283,14 @@ class Learner:
         """Freeze the step-start weights as the behaviour policy for this step's old log-probs
         (a collective under ZeRO-3: every rank calls it). Returns seconds."""
         t0 = time.perf_counter()
-        state = self.state_dict()
         if self.behaviour is None:
             self.behaviour = self._frozen()
-        self.behaviour.load_state_dict(state)
+        if self._zero3:  # same partitioning on both: each rank copies its own shards, nothing is gathered
+            with self.torch.no_grad():
+                for b, p in zip(self.behaviour.module.parameters(), self.model.parameters()):
+                    b.ds_tensor.data.copy_(p.ds_tensor.data)
+        else:
+            self.behaviour.load_state_dict(self.state_dict())
         return time.perf_counter() - t0
 
     def train_minibatch(self, samples: Sequence[Sample], helpers: Sequence[Any] = (), scale: float = 1.0,

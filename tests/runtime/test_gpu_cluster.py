@@ -197,7 +197,7 @@ def test_deepspeed_zero3_workers_meet_at_rank0_node_and_build_partitioned(ray_lo
     workers: list = []
     try:
         opts = {"model_dir": DEFAULT_DIR, "backend": "deepspeed", "zero_stage": 3, "lr": 1e-3, "mini_batches": 1, "seed": 0,
-                "device": "cpu", "threads": 1, "logprob_tokens": 40}
+                "device": "cpu", "threads": 1, "logprob_tokens": 40, "kl_coef": 0.05}
         workers, ready = start_trainers(pg, 2, opts, use_gpu=False)
         ray.get(ready, timeout=600)
         infos = ray.get([w.info.remote() for w in workers])
@@ -205,6 +205,7 @@ def test_deepspeed_zero3_workers_meet_at_rank0_node_and_build_partitioned(ray_lo
         assert [i["RANK"] for i in infos] == ["0", "1"] and [i["LOCAL_RANK"] for i in infos] == ["0", "1"]
         assert {i["MASTER_ADDR"] for i in infos} == {node_ip}
         assert all(i["built_partitioned"] and i["zero_stage"] == 3 and not i["bf16"] for i in infos)
+        assert all(i["frozen_partitioned"] for i in infos)  # the KL reference is partitioned too
         # the partitions hold the folder's weights (gathered: a collective, both ranks call it)
         import os
 
@@ -218,6 +219,11 @@ def test_deepspeed_zero3_workers_meet_at_rank0_node_and_build_partitioned(ray_lo
         samples = [Sample(tuple(range(10, 30 + k)), tuple([0] * 8 + [1] * (12 + k)), 1.0 if k % 2 else -1.0) for k in range(6)]
         stats = ray.get([w.train_step.remote(samples[r::2]) for r, w in enumerate(workers)], timeout=600)
         assert all(s["samples"] == 3.0 and s["loss"] == s["loss"] for s in stats)  # ran, no NaN
+        # streaming: the partitioned behaviour copy takes the trained shards (no gather), so the
+        # first streamed mini-batch's ratio is 1 and its KL to the initial reference is not 0
+        ray.get([w.begin_step.remote() for w in workers], timeout=600)
+        st = ray.get([w.train_minibatch.remote(samples[r::2], None, 1.0) for r, w in enumerate(workers)], timeout=600)
+        assert all(abs(s["ratio_mean"] - 1.0) < 1e-5 and s["kl"] > 0 for s in st), st
     finally:
         for w in workers:
             ray.kill(w)
