@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from libra.runtime.engines.torch_engine import TorchEngine
     from libra.runtime.episode import Episode
     from libra.runtime.grpo import Sample, group_advantages
-    from libra.runtime.protocol import prompt_text
+    from libra.runtime.chat_format import for_tokenizer
     from libra.runtime.tasks import TaskSet
     from libra.runtime.tiny_model import encode, model_dir
     from libra.runtime.tools import ToolBox
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     mdir = model_dir(a.model)
     ev = CostEvaluator(a.gpu, os.path.join(mdir, "config.json"), calibration=a.calibration, gpus_per_node=1)
     eng = TorchEngine(mdir, device=a.device)
+    fmt = for_tokenizer(eng.tokenizer)
     learner = Learner(mdir, backend="torch", device=a.device, mini_batches=2)
     tools = ToolBox()
     ts = TaskSet({"math": 1, "math2": 1, "search": 1}, seed=0)
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     for step in range(a.steps):
         eps = []
         for i, t in enumerate(ts.batch(step, a.prompts)):
-            ids = encode(eng.tokenizer, prompt_text(t.question))
-            eps += [Episode(f"s{step}-{i}-{g}", step, f"p{i}", t, ids, seed=step * 1000 + i * 10 + g) for g in range(a.group)]
+            ids = fmt.prompt_ids(t.question)
+            eps += [Episode(f"s{step}-{i}-{g}", step, f"p{i}", t, ids, seed=step * 1000 + i * 10 + g, fmt=fmt) for g in range(a.group)]
         pred_roll = 0.0
         meas_engine = 0.0
         t0 = time.perf_counter()
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 call = ep.on_generation(r, lambda x: eng.tokenizer.decode(x, skip_special_tokens=False))
                 if call is not None:
                     tr = tools.call(call.name, call.args)
-                    text = Episode.response_text(tr)
+                    text = ep.tool_text(tr)
                     ep.on_tool_result(tr, encode(eng.tokenizer, text), text)
         meas_roll = time.perf_counter() - t0
         adv = group_advantages([e.reward for e in eps], [e.group for e in eps])

@@ -11,6 +11,7 @@ out of ``max_new_tokens`` in a turn or of ``max_context`` ends it (``length``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from libra.runtime.engines.base import TurnRequest, TurnResult
 from libra.runtime.protocol import ToolCall, parse_tool_call, tool_response_text
@@ -41,6 +42,7 @@ class Episode:
     finish: str | None = None
     pending_call: ToolCall | None = None
     _gen_tokens: int = 0
+    fmt: Any = None  # the chat format (chat_format.for_tokenizer); None: the tiny policy's protocol
 
     def __post_init__(self) -> None:
         if not self.context:
@@ -63,7 +65,8 @@ class Episode:
         piece = decode(list(res.tokens))
         self.text += piece
         self._gen_tokens = len(res.tokens)
-        call = parse_tool_call(piece) if res.finish == "stop" else None
+        parse = self.fmt.parse_tool_call if self.fmt is not None else parse_tool_call
+        call = parse(piece) if res.finish == "stop" else None
         if call is None:
             self.turns.append(Turn(len(res.tokens), None))
             self.finish = "stop" if res.finish == "stop" else "length"
@@ -120,8 +123,12 @@ class Episode:
 
     @staticmethod
     def response_text(result: ToolResult) -> str:
-        """The text appended after a tool call."""
+        """The text appended after a tool call (the tiny policy's protocol)."""
         return tool_response_text(result.output)
+
+    def tool_text(self, result: ToolResult) -> str:
+        """The text appended after this trajectory's tool call, in its chat format."""
+        return self.fmt.response_text(result.output) if self.fmt is not None else tool_response_text(result.output)
 
     @property
     def reward(self) -> float:

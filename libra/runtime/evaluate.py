@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from libra.runtime.episode import Episode
-from libra.runtime.protocol import prompt_text
+from libra.runtime.chat_format import for_tokenizer
 from libra.runtime.tasks import TaskSet
 from libra.runtime.tiny_model import encode
 from libra.runtime.tools import ToolBox
@@ -25,7 +25,7 @@ def run_episode(engine: Any, ep: Episode, tools: ToolBox) -> Episode:
         call = ep.on_generation(res, lambda ids: tok.decode(ids, skip_special_tokens=False))
         if call is not None:
             tr = tools.call(call.name, call.args)
-            text = Episode.response_text(tr)
+            text = ep.tool_text(tr)
             ep.on_tool_result(tr, encode(tok, text), text)
     return ep
 
@@ -50,7 +50,7 @@ def run_episodes(engine: Any, episodes: list[Episode], tools: ToolBox, batch: in
                         calls.append((ep, pool.submit(tools.call, call.name, call.args)))
             for ep, fut in calls:
                 tr = fut.result()
-                text = Episode.response_text(tr)
+                text = ep.tool_text(tr)
                 ep.on_tool_result(tr, encode(tok, text), text)
             live = [e for e in live if not e.done]
     return episodes
@@ -77,6 +77,7 @@ def summarize(episodes: list[Episode]) -> dict[str, float]:
 def evaluate_policy(engine: Any, n: int = 32, seed: int = 0, kinds: dict[str, float] | None = None, temperature: float = 1.0) -> dict[str, float]:
     """``summarize`` of ``n`` fresh tasks (seeded) run on ``engine``."""
     tasks = TaskSet(kinds or {"math": 1, "math2": 1, "search": 1}, seed=seed).batch(0, n)
-    eps = [Episode(f"eval-{i}", 0, f"p{i}", t, encode(engine.tokenizer, prompt_text(t.question)), temperature=temperature, seed=seed + i)
+    fmt = for_tokenizer(engine.tokenizer)
+    eps = [Episode(f"eval-{i}", 0, f"p{i}", t, fmt.prompt_ids(t.question), temperature=temperature, seed=seed + i, fmt=fmt)
            for i, t in enumerate(tasks)]
     return summarize(run_episodes(engine, eps, ToolBox(timeout_s=5.0)))

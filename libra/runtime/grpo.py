@@ -58,12 +58,79 @@ def collate(samples: Sequence[Sample], pad_id: int) -> tuple[Any, Any, Any, Any]
     return ids, attn, mask, adv
 
 
-def token_logprobs(model: Any, ids: Any, attn: Any) -> Any:
-    """log p(token t+1 | tokens <= t) for every position, shape [B, T-1]."""
+#: Tokens (rows x padded width) one forward may cover when log-probs are micro-batched: a
+#: micro-batch's full-vocabulary logits are at most this many rows of the vocabulary (4 K tokens
+#: x 152 K Qwen vocabulary x 4 bytes = 2.5 GB in fp32, instead of ~40 GB for a 16 x 4 K batch).
+LOGPROB_TOKENS = 4096
+
+
+def micro_slices(rows: int, width: int, token_budget: int | None, count: int | None = None) -> list[slice]:
+    """Row slices of a ``rows`` x ``width`` batch, each at most ``token_budget`` tokens (one row at
+    least); ``count`` forces that many slices (DeepSpeed ranks must run the same number of
+    forwards under ZeRO-3), some possibly empty."""
+    if count is None:
+        per = rows if not token_budget else max(1, token_budget // max(1, width))
+        count = max(1, -(-rows // per))
+    bounds = [round(i * rows / count) for i in range(count + 1)]
+    return [slice(bounds[i], bounds[i + 1]) for i in range(count)]
+
+
+def token_logprobs(model: Any, ids: Any, attn: Any, token_budget: int | None = None, count: int | None = None) -> Any:
+    """log p(token t+1 | tokens <= t) for every position, shape [B, T-1]. With ``token_budget``
+    the rows go through the model in micro-batches of at most that many tokens and each one's
+    full-vocabulary logits are dropped once its tokens' log-probs are gathered (use it without
+    grad: with grad, autograd keeps every micro-batch's logits; see ``accumulate_grpo``)."""
     import torch
 
-    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+    if count is None and (token_budget is None or ids.shape[0] * ids.shape[1] <= token_budget):
+        return _logp(model, ids, attn)
+    parts = []
+    for sl in micro_slices(ids.shape[0], ids.shape[1], token_budget, count):
+        if sl.stop > sl.start:
+            parts.append(_logp(model, ids[sl], attn[sl]))
+        else:  # an empty slice of a forced count: the forward still runs (ZeRO-3 ranks stay in step)
+            _logp(model, ids[:1], attn[:1])
+    return torch.cat(parts, 0)
+
+
+def _logp(model: Any, ids: Any, attn: Any) -> Any:
+    import torch
+
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # fp32 softmax: bf16 would blur the ratios
     return torch.gather(torch.log_softmax(logits, dim=-1), 2, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+
+
+def accumulate_grpo(policy: Any, batch: tuple[Any, Any, Any, Any], old: Any, ref: Any, clip: float, kl_coef: float,
+                    backward: Any, token_budget: int | None = None, count: int | None = None) -> tuple[dict[str, float], int]:
+    """The gradient of the GRPO token-mean loss of ``batch`` accumulated over row micro-batches of
+    at most ``token_budget`` tokens (``count``: exactly that many): each micro-batch's loss is
+    weighted by its share of the batch's generated tokens and handed to ``backward(loss, last)``,
+    so only one micro-batch's logits live at a time and the summed gradient equals the whole
+    batch's. ``old``/``ref``: the batch's old and reference log-probs, tensors or callables of a
+    row slice. Returns the token-weighted stats and the batch's generated tokens."""
+    import torch
+
+    ids, attn, mask, adv = batch
+    total = float(mask.sum().clamp_min(1))
+    slices = micro_slices(ids.shape[0], ids.shape[1], token_budget, count)
+    parts: list[tuple[dict[str, float], int]] = []
+    for i, sl in enumerate(slices):
+        weight = 1.0
+        if sl.stop <= sl.start:  # an empty slice (forced count): a zero-weight forward keeps ranks in step
+            sl, weight = slice(0, 1), 0.0
+        o = old(sl) if callable(old) else old[sl]
+        r = (ref(sl) if callable(ref) else ref[sl]) if ref is not None else None
+        logp = token_logprobs(policy, ids[sl], attn[sl])
+        loss, st = grpo_loss(logp, o, mask[sl], adv[sl], clip, r, kl_coef)
+        n = float(mask[sl].sum())
+        backward(loss * (weight * n / total), i == len(slices) - 1)
+        if weight > 0:
+            parts.append((st, int(n)))
+    if not parts:
+        return {}, 0
+    with torch.no_grad():
+        stats = merge_stats(parts)
+    return stats, int(total)
 
 
 def grpo_loss(logp: Any, old_logp: Any, mask: Any, adv: Any, clip: float = 0.2, ref_logp: Any = None, kl_coef: float = 0.0) -> tuple[Any, dict[str, float]]:

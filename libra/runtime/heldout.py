@@ -18,9 +18,8 @@ from typing import Any
 
 from libra.runtime.episode import Episode
 from libra.runtime.evaluate import run_episodes, summarize
-from libra.runtime.protocol import prompt_text
+from libra.runtime.chat_format import for_tokenizer
 from libra.runtime.tasks import TaskSet
-from libra.runtime.tiny_model import encode
 from libra.runtime.tools import ToolBox
 
 __all__ = ["heldout_eval", "run_episodes", "summarize"]
@@ -40,11 +39,12 @@ def heldout_eval(model_dir: str, state: dict[str, Any] | None, n: int, seed: int
         engine.load_state_dict(state)
     tasks = TaskSet(kinds, seed=seed).batch(0, n)
     eps = []
+    fmt = for_tokenizer(engine.tokenizer)
     for i, t in enumerate(tasks):
-        ids = encode(engine.tokenizer, prompt_text(t.question))
+        ids = fmt.prompt_ids(t.question)
         for k in range(samples):
             eps.append(Episode(f"heldout-{i}-{k}", 0, f"heldout-{i}", t, ids, max_tool_calls, max_new_tokens, max_context, temperature,
-                               seed=seed * 1_000_003 + i * 101 + k))
+                               seed=seed * 1_000_003 + i * 101 + k, fmt=fmt))
     run_episodes(engine, eps, ToolBox(**(tool_opts or {})))
     out = summarize(eps)
     out["eval_s"] = time.perf_counter() - t0

@@ -125,18 +125,19 @@ class Runner:
         return pool
 
     def _episodes(self, step: int) -> list[Any]:
+        from libra.runtime.chat_format import for_tokenizer
         from libra.runtime.episode import Episode
-        from libra.runtime.protocol import prompt_text
         from libra.runtime.tasks import TaskSet
-        from libra.runtime.tiny_model import encode
 
         tasks = TaskSet(self.cfg.tasks, seed=self.cfg.seed).batch(step, self.cfg.prompts_per_step)
+        fmt = for_tokenizer(self.tokenizer)  # a chat model's template with tools, or the tiny policy's format
         eps = []
         for p, t in enumerate(tasks):
-            ids = encode(self.tokenizer, prompt_text(t.question))
+            ids = fmt.prompt_ids(t.question)
             for g in range(self.cfg.group_size):
                 eps.append(Episode(f"s{step}-p{p}-r{g}", step, f"s{step}-p{p}", t, ids, self.cfg.max_tool_calls, self.cfg.max_new_tokens,
-                                   self.cfg.max_context, self.cfg.temperature, seed=self.cfg.seed * 1_000_003 + step * 10_007 + p * 101 + g))
+                                   self.cfg.max_context, self.cfg.temperature, seed=self.cfg.seed * 1_000_003 + step * 10_007 + p * 101 + g,
+                                   fmt=fmt))
         return eps
 
     def _eval_temperature(self) -> float:
@@ -222,7 +223,7 @@ class Runner:
             for step in range(first, cfg.steps):
                 self._step(step, policy, t_run)
             actors = self.actors
-            final_state = ray.get(actors.weights_ref) if (cfg.eval_tasks and self.rows and actors.weights_ref is not None) else None
+            final_state = actors.final_state() if (cfg.eval_tasks and self.rows and actors.synced) else None
             self.log(pool_summary(*self._pool_counts, streaming=self._streamed_any, declined=self._declined))
             summary = {"steps": len(self.rows), "wall_s": time.perf_counter() - t_run, "rows": self.rows, "out": self.out,
                        "engine": actors.engine_kind, "isolation": getattr(self, "isolation", None),

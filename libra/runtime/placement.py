@@ -30,7 +30,12 @@ class Actors:
         self.trainers: list[Any] = []
         self.groups: list[Any] = []
         self.shape: Any = None
-        self.weights_ref: Any = None
+        self.weights_ref: Any = None  # the trainer's last weights in the object store (file path; helpers)
+        self.synced = False  # the engines hold trained weights (not the model folder's)
+        self.wgroup: tuple[str, int, int] | None = None  # the NCCL broadcast group (GPU vLLM path)
+        self.nccl_mode: bool | None = None  # whether this placement syncs over NCCL (decided at first sync)
+        self.slots: dict[int, tuple[Any, int]] = {}  # instance -> (its placement group, its first bundle)
+        self.asleep = False  # a colocated plan's engines released their GPU memory for training
         self.plan: Plan | None = None
         self.engine_kind: str | None = None  # set when engines are first started
 
@@ -39,7 +44,9 @@ class Actors:
         self.engine_kind = kind = engine_kind(cfg)
         if kind == "torch":
             return {"device": cfg.device, "seed": cfg.seed, "max_context": cfg.max_context, "threads": cfg.threads}
-        return {"device": cfg.device, "seed": cfg.seed, "max_context": cfg.max_context, "kv_gib": cfg.vllm_kv_gib}
+        colocated = self.plan is not None and self.plan.colocated  # a colocated trainer shares the GPU
+        return {"device": cfg.device, "seed": cfg.seed, "max_context": cfg.max_context, "kv_gib": cfg.vllm_kv_gib,
+                "gpu_util": 0.5 if colocated else 0.9, "sleep_mode": colocated}
 
     def learner_opts(self, plan: Plan) -> dict[str, Any]:
         cfg = self.cfg
@@ -66,13 +73,14 @@ class Actors:
         for pg in self.groups:
             remove_placement_group(pg)
         self.engines, self.trainers, self.groups = {}, [], []
+        self.wgroup, self.nccl_mode, self.asleep = None, None, False
 
     def place(self, plan: Plan, from_checkpoint_only: bool = False) -> float:
         """(Re)create actors for ``plan``'s shape; returns seconds spent (0 when unchanged).
         ``from_checkpoint_only``: the trainer died, do not try to checkpoint it first."""
         import ray
 
-        from libra.runtime.actors import make_group, start_engine, start_trainers
+        from libra.runtime.actors import make_engine_group, make_group, start_engine, start_trainers
         from libra.runtime.policyglue import plan_shape
         from libra.runtime.rollout_state import Instance
 
@@ -87,16 +95,32 @@ class Actors:
         opts = self.engine_opts()
         self.instances = {}
         frac = 0.5 if plan.colocated else 1.0
+        world = self.train_world(plan)
+        self.slots = {}
+        tpg = None
+        if plan.colocated:
+            # one group for both roles: instance i's TP ranks and trainer rank r take half of the
+            # same one-device bundles, so the roles share GPUs by construction (verl's hybrid engine)
+            n = max(sum(i.tp for i in plan.instances), world)
+            tpg = make_group(n, self.use_gpu, "PACK")
+            self.groups.append(tpg)
+            off = 0
+            for inst in plan.instances:
+                self.slots[inst.id] = (tpg, off)
+                off += inst.tp
         for inst in plan.instances:
-            pg = make_group(1, self.use_gpu, "STRICT_PACK", frac, per_bundle=inst.tp)
-            self.groups.append(pg)
-            h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, opts, self.use_gpu, inst.tp, frac)
+            if inst.id not in self.slots:
+                pg = make_engine_group(inst.tp, self.use_gpu, self.engine_kind or "torch", frac)
+                self.groups.append(pg)
+                self.slots[inst.id] = (pg, 0)
+            pg, first = self.slots[inst.id]
+            h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, opts, self.use_gpu, inst.tp, frac, first)
             self.engines[inst.id] = h
             self.instances[inst.id] = Instance(inst.id, inst.tp, inst.bucket, inst.node, h, kv_capacity=self.kv_capacity(inst.tp))
-        world = self.train_world(plan)
-        tpg = make_group(world, self.use_gpu, "PACK", frac)
-        self.groups.append(tpg)
-        self.trainers = start_trainers(tpg, world, self.learner_opts(plan), self.use_gpu, frac)
+        if tpg is None:
+            tpg = make_group(world, self.use_gpu, "PACK", frac)
+            self.groups.append(tpg)
+        self.trainers, trainer_ready = start_trainers(tpg, world, self.learner_opts(plan), self.use_gpu, frac)
         try:
             ray.get([h.pid.remote() for h in self.engines.values()])
         except ray.exceptions.RayActorError as exc:  # an engine that cannot start is a setup problem, not a crash
@@ -106,9 +130,9 @@ class Actors:
                        lines[-1] if lines else type(exc).__name__)
             hint = "; --engine torch runs without vLLM" if self.engine_kind == "vllm" else ""
             raise UserError(f"the {self.engine_kind} rollout engine could not start for the plan's instances (TP {tps}): {why}{hint}") from None
-        ray.get([w.pid.remote() for w in self.trainers])
+        ray.get(trainer_ready)
         done = ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])[0]
-        if done or self.weights_ref is not None:
+        if done or self.synced:
             self.sync_weights()
         self.shape = shape
         return time.perf_counter() - t0
@@ -126,24 +150,88 @@ class Actors:
         from libra.runtime.actors import start_engine
 
         assert self.plan is not None
-        pg = self.groups[list(self.engines).index(inst.id)]
+        pg, first = self.slots[inst.id]
         h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, self.engine_opts(), self.use_gpu, inst.tp,
-                         0.5 if self.plan.colocated else 1.0)
-        if self.weights_ref is not None:
-            ray.get(h.load_state_dict.remote(self.weights_ref))
+                         0.5 if self.plan.colocated else 1.0, first)
         self.engines[inst.id] = h
+        if self.nccl_mode:  # a new member: rebuild the broadcast group around it and send the weights
+            self.wgroup = None
+            if self.synced:
+                self.sync_weights()
+        elif self.weights_ref is not None:
+            ray.get(h.load_state_dict.remote(self.weights_ref))
         self.log(f"rollout instance {inst.id} died; replaced (pid {ray.get(h.pid.remote())}), its trajectories re-queued")
         return h
 
     def sync_weights(self) -> float:
-        """The trainer's weights into every engine; seconds spent."""
+        """The trainer's weights into every engine; seconds spent. GPUs with vLLM: an NCCL
+        broadcast from trainer rank 0 into every engine worker (``weight_broadcast``); otherwise
+        the state dict through the object store into each engine (a safetensors file for vLLM)."""
         import ray
 
         t0 = time.perf_counter()
-        states = ray.get([w.state_dict.remote() for w in self.trainers])  # every rank (ZeRO-3 gathers)
-        self.weights_ref = ray.put(states[0])
-        ray.get([h.load_state_dict.remote(self.weights_ref) for h in self.engines.values()])
+        self.wake_engines()
+        if self.nccl_mode is None:
+            # not for colocated plans: NCCL refuses two ranks on one GPU (their trainer rank 0 shares
+            # a GPU with an engine worker); they take the file path (CUDA IPC is not implemented)
+            colocated = self.plan is not None and self.plan.colocated
+            self.nccl_mode = bool(self.use_gpu and self.engine_kind == "vllm" and self.engines and not colocated
+                                  and all(ray.get([h.weight_sync_kind.remote() for h in self.engines.values()])))
+        if self.nccl_mode:
+            self._broadcast()
+            if self.cfg.trainer == "torch":  # lent gradient helpers load the step's weights from the object store
+                self.weights_ref = ray.put(ray.get(self.trainers[0].state_dict.remote()))
+        else:
+            states = ray.get([w.state_dict.remote() for w in self.trainers])  # every rank (ZeRO-3 gathers)
+            self.weights_ref = ray.put(states[0])
+            ray.get([h.load_state_dict.remote(self.weights_ref) for h in self.engines.values()])
+        self.synced = True
         return time.perf_counter() - t0
+
+    def sleep_engines(self) -> float:
+        """A colocated plan's engines release their device memory before training (vLLM sleep
+        mode on GPUs; the torch engine moves its weights to the host); seconds spent."""
+        import ray
+
+        t0 = time.perf_counter()
+        ray.get([h.sleep.remote() for h in self.engines.values()])
+        self.asleep = True
+        return time.perf_counter() - t0
+
+    def wake_engines(self) -> None:
+        """Engines back on their devices (before the weight sync that follows training)."""
+        import ray
+
+        if self.asleep:
+            ray.get([h.wake.remote() for h in self.engines.values()])
+            self.asleep = False
+
+    def _broadcast(self) -> None:
+        """One NCCL broadcast of the policy; builds the group first when there is none."""
+        import ray
+
+        from libra.runtime.weight_broadcast import group_layout
+
+        ids = sorted(self.engines)
+        joins: list[Any] = []
+        init: tuple[Any, ...] = ()
+        if self.wgroup is None:
+            master, port = ray.get(self.trainers[0].rendezvous.remote())
+            world, offsets = group_layout([self.instances[i].tp for i in ids])
+            joins = [self.engines[i].join_weight_group.remote(master, port, off, world) for i, off in zip(ids, offsets)]
+            self.wgroup = init = (master, port, world)
+        meta = ray.get(self.trainers[0].weight_meta.remote())
+        recv = [self.engines[i].receive_weights.remote(meta) for i in ids]
+        send = [w.broadcast_weights.remote(*(init if r == 0 else ())) for r, w in enumerate(self.trainers)]
+        ray.get(joins + send + recv)
+
+    def final_state(self) -> dict[str, Any]:
+        """The trainer's current weights on the driver (the held-out evaluation's)."""
+        import ray
+
+        if self.weights_ref is not None and not self.nccl_mode:
+            return ray.get(self.weights_ref)
+        return ray.get([w.state_dict.remote() for w in self.trainers])[0]  # every rank (ZeRO-3 gathers)
 
     def checkpoint(self) -> float:
         """Every trainer worker saves to the run's checkpoint folder; seconds spent."""

@@ -195,7 +195,7 @@ class Rollout:
         t = self.calls.pop(ref)
         ep = self.eps[t]
         tr = ray.get(ref)
-        text = Episode.response_text(tr)
+        text = ep.tool_text(tr)
         ep.on_tool_result(tr, self.encode(text), text)
         res = self.res
         res.tool_calls += 1

@@ -49,6 +49,8 @@ class Updater:
         import ray
 
         faults = [f for f in self.cfg.faults if f["kill"] == "trainer" and f["step"] == step]
+        if plan.colocated:  # the roles time-share the devices: engines release theirs; the sync wakes them
+            self.actors.sleep_engines()
         for attempt in range(3):
             trainers = self.actors.trainers
             world = len(trainers)

@@ -70,6 +70,17 @@ def test_torch_engine_and_trainer_record_and_replay(tmp_path) -> None:
     assert sorted({t.step for t in trajs}) == [0, 1, 2] and len(trajs) == 36
 
 
+@needs_ray
+def test_colocated_plan_runs_with_engines_asleep_during_training(tmp_path) -> None:
+    """verl-colocated on 2 CPU workers: both roles in one placement group, the engines release
+    their memory before each update and are woken by the weight sync (issue 19, item 7)."""
+    s = _run(tmp_path, engine="torch", trainer="torch", devices=2, policy="verl-colocated", steps=2, replay=False)
+    rows = _rows(os.path.join(s["out"], "steps.csv"))
+    assert len(rows) == 2 and all(float(r["train_s"]) > 0 and float(r["sync_s"]) > 0 for r in rows)
+    # the colocated plan: one TP-2 instance on both devices, the torch trainer on one of them
+    assert all((r["n_rollout"], r["n_train"], r["rollout_tps"]) == ("2", "1", "2") for r in rows)
+
+
 @needs_deepspeed
 def test_deepspeed_zero2_migration_and_faults(tmp_path) -> None:
     # max_batch 12: the whole step fits instance 0 (bucket 0), so nothing spills onto bucket 1's

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from libra.runtime.engines.base import TurnRequest, TurnResult
-from libra.runtime.protocol import STOP_STRINGS
+from libra.runtime.chat_format import for_tokenizer
 
 
 def _kv_layers(cache: Any) -> list[tuple[Any, Any]]:
@@ -81,7 +81,8 @@ class TorchEngine:
 
         params = inspect.signature(self.model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
-        self.stop_ids = {self.tokenizer.convert_tokens_to_ids(s) for s in STOP_STRINGS}
+        # a turn stops where the chat format says (the tiny policy: </tool_call> or <|im_end|>; a chat template: <|im_end|>)
+        self.stop_ids = {self.tokenizer.convert_tokens_to_ids(s) for s in for_tokenizer(self.tokenizer).stop_strings}
         self.max_context = max_context
         self.max_cached_seqs = max_cached_seqs
         self.seed = seed
@@ -91,6 +92,19 @@ class TorchEngine:
     # ---- KV bookkeeping ----------------------------------------------------------------------
     def cached_tokens(self) -> int:
         return sum(len(t) for t, _, _ in self._cache.values())
+
+    def sleep(self) -> int:
+        """Release device memory for a colocated trainer: drop every KV cache and, on a GPU, move
+        the weights to host memory (``wake`` brings them back). Returns the KV tokens freed."""
+        freed = self.drop(list(self._cache))
+        if self.device.type == "cuda":
+            self.model.to("cpu")
+            self.torch.cuda.empty_cache()
+        return freed
+
+    def wake(self) -> None:
+        """Back from ``sleep``: the weights on the device again (the next weight sync overwrites them)."""
+        self.model.to(self.device)
 
     def drop(self, traj_ids: list[str]) -> int:
         freed = 0

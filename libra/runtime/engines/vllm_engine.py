@@ -6,8 +6,11 @@ tokens, and one that moved recomputes its context (``prefill``). On CPU: ``enfor
 (no compile, 15 s start), ``VLLM_CPU_KVCACHE_SPACE`` GiB of KV (set by the runner), and
 ``shutdown()`` must run before Ray stops or the engine core's shared memory leaks.
 
-Weight sync: ``collective_rpc("libra_load_weights")`` (``vllm_ext``) runs ``load_weights`` on every worker of the engine (all TP
-ranks) with the trainer's state dict, then the prefix cache is reset (its KV is stale).
+Weight sync: on GPUs, the trainer's NCCL broadcast (``weight_broadcast``; ``join_weight_group``,
+``receive_weights``: vLLM's weight-transfer API). Otherwise (CPU, or a vLLM without that API)
+``collective_rpc("libra_load_weights")`` (``vllm_ext``) runs ``load_weights`` on every worker of
+the engine (all TP ranks) with the trainer's state dict written to a safetensors file; either
+way the prefix cache is reset (its KV is stale).
 """
 
 from __future__ import annotations
@@ -17,14 +20,14 @@ import time
 from typing import Any
 
 from libra.runtime.engines.base import TurnRequest, TurnResult
-from libra.runtime.protocol import STOP_STRINGS
+from libra.runtime.chat_format import for_tokenizer
 
 
 class VLLMEngine:
     """One vLLM ``LLM`` with ``tp`` tensor-parallel ranks."""
 
     def __init__(self, model_dir: str, device: str = "cpu", seed: int = 0, max_context: int = 1024, tp: int = 1,
-                 kv_gib: int | None = None) -> None:
+                 kv_gib: int | None = None, executor: str | None = None, gpu_util: float = 0.9, sleep_mode: bool = False) -> None:
         os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
         os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -41,11 +44,28 @@ class VLLMEngine:
         from vllm import LLM
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.stop_ids = [self.tokenizer.convert_tokens_to_ids(s) for s in STOP_STRINGS]
+        self.stop_ids = [self.tokenizer.convert_tokens_to_ids(s) for s in for_tokenizer(self.tokenizer).stop_strings]
         kw: dict[str, Any] = {}
         if device == "cuda":
-            kw["gpu_memory_utilization"] = float(os.environ.get("LIBRA_VLLM_GPU_UTIL", "0.5"))
-        self.llm = LLM(model=model_dir, tokenizer=model_dir, dtype="float32" if device == "cpu" else "bfloat16", enforce_eager=True,
+            # the share of GPU memory vLLM takes: the cost model's 0.9 on rollout-only GPUs, 0.5 when a
+            # colocated plan's trainer shares the GPU (LIBRA_VLLM_GPU_UTIL overrides)
+            kw["gpu_memory_utilization"] = float(os.environ.get("LIBRA_VLLM_GPU_UTIL", str(gpu_util)))
+        self.nccl_sync = False
+        self.sleep_mode = bool(sleep_mode and device == "cuda")  # vLLM's sleep mode needs CUDA
+        if self.sleep_mode:  # a colocated plan: free weights and KV cache while the trainer runs
+            kw["enable_sleep_mode"] = True
+        if device == "cuda":
+            try:  # the trainer broadcasts weights over NCCL into every worker (weight_broadcast)
+                from vllm.config import WeightTransferConfig
+
+                kw["weight_transfer_config"] = WeightTransferConfig(backend="nccl")
+                self.nccl_sync = True
+            except ImportError:  # this vLLM has no weight-transfer API: the file path below
+                pass
+        if executor is not None:  # engine_layout's: "ray" for TP >= 2 on GPUs (one worker per bundle), "uni", "mp"
+            kw["distributed_executor_backend"] = executor
+        # CUDA graphs on GPUs (the engine profile the simulator prices has them); eager on CPU (no compile, 15 s start)
+        self.llm = LLM(model=model_dir, tokenizer=model_dir, dtype="float32" if device == "cpu" else "bfloat16", enforce_eager=device == "cpu",
                        tensor_parallel_size=tp, enable_prefix_caching=True, max_model_len=max_context, seed=seed,
                        worker_extension_cls="libra.runtime.engines.vllm_ext.WeightSyncExtension", **kw)
         self.max_context = max_context
@@ -113,6 +133,41 @@ class VLLMEngine:
             self.llm.collective_rpc("libra_load_weights", args=(path,))
         finally:
             os.unlink(path)
+        self.llm.reset_prefix_cache()
+        self._resident.clear()
+        return time.perf_counter() - t0
+
+    def sleep(self) -> int:
+        """Release GPU memory for a colocated trainer (vLLM sleep level 1: weights to host memory,
+        KV cache discarded); without sleep mode only the prefix cache is dropped. Returns the KV
+        tokens the driver had counted resident."""
+        freed = sum(self._resident.values())
+        if self.sleep_mode:
+            self.llm.sleep(level=1)
+        else:
+            self.llm.reset_prefix_cache()
+        self._resident.clear()
+        return freed
+
+    def wake(self) -> None:
+        """Back from ``sleep`` (the next weight sync overwrites the weights)."""
+        if self.sleep_mode:
+            self.llm.wake_up()
+
+    def join_weight_group(self, master: str, port: int, offset: int, world: int) -> None:
+        """Join the trainer's NCCL group (``weight_broadcast.group_layout``: this instance's
+        workers are ranks ``offset`` ..)."""
+        self.llm.init_weight_transfer({"init_info": {"master_address": master, "master_port": port, "rank_offset": offset,
+                                                     "world_size": world}})
+
+    def receive_weights(self, meta: dict[str, list[Any]]) -> float:
+        """Receive one broadcast of the policy (``meta``: names, dtype names, shapes) and load it
+        in every worker, then drop the prefix cache (its KV is stale)."""
+        t0 = time.perf_counter()
+        self.llm.update_weights({"update_info": {**meta, "packed": True}})
+        fin = getattr(self.llm, "finalize_weight_update", None)
+        if fin is not None:
+            fin()
         self.llm.reset_prefix_cache()
         self._resident.clear()
         return time.perf_counter() - t0
