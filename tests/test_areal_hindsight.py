@@ -59,3 +59,16 @@ def test_hindsight_report_and_cache() -> None:
                                  max_staleness=1)
     assert again.plan(CLUSTER, (), steps[0].prompt_tokens) == plan
     assert len(costs.memo) == n_memo  # every replay came from the cache
+
+
+def test_verl_colocated_gets_its_best_tp_where_the_backend_can_replay() -> None:
+    """Issue 22: baselines get their best honest configuration. verl-colocated's one free choice,
+    the rollout TP, was taken from the length prior's estimate; in libra-sim it is now the TP
+    whose replay is fastest (every valid TP pinned and replayed must be no faster)."""
+    costs = load_costs("h100", "qwen3-8b", 4)
+    steps = [make_step(s, 64, seed=7, turns=(1, 3), gen=(200, 3000)) for s in range(2)]
+    cfg = SimConfig(max_staleness=0, noise_sigma=0.0)
+    chosen = replay_policy(steps, "verl-colocated", CLUSTER, cfg, costs=costs)
+    walls = {tp: replay_policy(steps, "verl-colocated", CLUSTER, cfg, costs=costs, rollout_tp=tp).wall_s for tp in (1, 2, 4)}
+    assert chosen.wall_s == min(walls.values()), (walls, chosen.notes)
+    assert "hindsight" in str(chosen.notes["chosen_by"]) and chosen.mode == "sync"
