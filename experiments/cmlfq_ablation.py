@@ -20,7 +20,7 @@ from exp_common import BUNDLED, Context, Figure, Section, finish_figure, fx, md_
 
 NAME = "cmlfq_ablation"
 TITLE = "C-MLFQ ablation: routers under the same planner and pool (bundled traces, 48 A800, K=0)"
-ROUTERS = ("libra", "no-migration", "reactive-mlfq", "length-predictor", "hindsight-routing")
+ROUTERS = ("libra-full", "no-migration", "reactive-mlfq", "length-predictor", "hindsight-routing")
 
 
 def inputs(size: str) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def run(ctx: Context) -> Section:
     recs = e2e.records(ctx, ROUTERS)
     rs = []
     for wl, _, _ in BUNDLED:
-        lib = recs.get((wl, 0, "libra"))
+        lib = recs.get((wl, 0, "libra-full"))
         for p in ROUTERS:
             rec = recs.get((wl, 0, p))
             if rec is None:
@@ -59,8 +59,8 @@ def run(ctx: Context) -> Section:
         ax.legend(fontsize=6)
     axes[0].axhline(1.0, color="k", lw=0.6)
     finish_figure(fig, ctx.dir / "cmlfq_ablation.png", "SIMULATED C-MLFQ ablation, 48 x A800, K=0")
-    lo = [r for r in rs if r["policy"] not in ("libra", "hindsight-routing") and r["x_libra"] < 0.97]
-    hi = [r for r in rs if r["policy"] not in ("libra", "hindsight-routing") and r["x_libra"] > 1.03]
+    lo = [r for r in rs if r["policy"] not in ("libra-full", "hindsight-routing") and r["x_libra"] < 0.97]
+    hi = [r for r in rs if r["policy"] not in ("libra-full", "hindsight-routing") and r["x_libra"] > 1.03]
     orc = [r for r in rs if r["policy"] == "hindsight-routing"]
     text = [
         f"Routers more than 3% slower than C-MLFQ: {len(lo)}" + (" (" + ", ".join(f"{r['policy']} on {r['workload']} {fx(r['x_libra'])}" for r in lo) + ")" if lo else "")

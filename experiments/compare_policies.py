@@ -35,7 +35,7 @@ WATERFALL = (
     ("libra-homogeneous", "+ planner, homogeneous TP"),
     ("libra-hetero", "+ heterogeneous TP"),
     ("libra-cmlfq", "+ C-MLFQ"),
-    ("libra", "+ elastic pool (= libra)"),
+    ("libra-full", "+ elastic pool (libra-full)"),
 )
 SIMULATED = "SIMULATED numbers (discrete-event simulator with the fitted cost model, seed 0), not measurements."
 

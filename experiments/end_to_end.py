@@ -28,7 +28,7 @@ TITLE = "End-to-end: throughput and reward vs wall-clock on the bundled traces (
 GPUS, GPU = 48, "a800"
 BASE_K0 = ("verl-colocated", "verl-static-uniform")
 BASE_K1 = ("verl-colocated", "verl-static-uniform", "areal-static-optimal")
-LIBRA_ALL = ("libra", "libra-homogeneous", "libra-hetero", "libra-cmlfq", "no-migration", "reactive-mlfq",
+LIBRA_ALL = ("libra", "libra-homogeneous", "libra-hetero", "libra-cmlfq", "libra-full", "no-migration", "reactive-mlfq",
              "length-predictor", "hindsight-routing")
 PAPER = {"verl": 3.0, "areal-static-optimal": 1.6}
 

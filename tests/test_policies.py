@@ -16,7 +16,7 @@ from libra.policies import LIBRA_POLICIES as POLICIES
 from libra.scheduling.base import InstanceLoad, TrajectoryObservation
 from sim.cli import main as libra_sim
 
-EXPECTED = {"libra", "libra-homogeneous", "libra-hetero", "libra-cmlfq", "no-migration", "reactive-mlfq", "length-predictor", "hindsight-routing"}
+EXPECTED = {"libra", "libra-homogeneous", "libra-full", "libra-hetero", "libra-cmlfq", "no-migration", "reactive-mlfq", "length-predictor", "hindsight-routing"}
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +162,16 @@ def test_layout_pin_expresses_heterogeneous_layouts() -> None:
         PlanPin((12, 12), None, 8, lay)
     with _pt.raises(UserError):
         pin_plan(coloc, PlanPin(None, None, 8, parse_layout("1x8")))  # 8 of the 16 time-shared devices
+
+
+def test_default_libra_carries_only_the_mechanisms_that_paid() -> None:
+    """Issue 22: heterogeneous TP (causal routing), C-MLFQ and the elastic pool paid nowhere they
+    were measured (docs/results.md, "Which mechanisms pay"), so ``libra`` is the planner alone:
+    one bucket, work-conserving least-loaded routing, no pool. ``libra-full`` keeps them all."""
+    from libra.cluster import ClusterSpec
+    from libra.policies.libra_policy import LIBRA_POLICIES
+
+    cl = ClusterSpec(16, "a800", "qwen3-8b")
+    lib, full = LIBRA_POLICIES["libra"](cl), LIBRA_POLICIES["libra-full"](cl)
+    assert (lib.router, lib.elastic, lib._options.max_buckets) == ("least-loaded", False, 1)
+    assert (full.router, full.elastic, full._options.max_buckets) == ("cmlfq", True, 2)

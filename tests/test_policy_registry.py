@@ -25,7 +25,7 @@ from sim.costs import load_costs
 from sim.hindsight import SimReplayer
 
 ROOT = Path(__file__).resolve().parents[1]
-EVERY = ("verl-colocated", "verl-static-uniform", "areal-static-optimal", "libra", "libra-homogeneous", "libra-hetero",
+EVERY = ("verl-colocated", "verl-static-uniform", "areal-static-optimal", "libra", "libra-homogeneous", "libra-full", "libra-hetero",
          "libra-cmlfq", "no-migration", "reactive-mlfq", "length-predictor", "hindsight-routing")
 CLUSTER = ClusterSpec(16, "a800", "qwen3-8b")
 
