@@ -1,11 +1,11 @@
-"""C-MLFQ ablation: Libra's router against no migration, reactive MLFQ, a length predictor, the oracle.
+"""C-MLFQ ablation: Libra's router against no migration, reactive MLFQ, a length predictor, hindsight routing.
 
     .venv/bin/python experiments/cmlfq_ablation.py [--size smoke|quick|full] [--out experiments/results]
 
 The same planner and elastic pool with five routers (``libra``: C-MLFQ; ``no-migration``: C-MLFQ's
 decisions carried out by re-prefill, no KV transfer; ``reactive-mlfq``: move once a trajectory
 outgrows its bucket; ``length-predictor``: route by a noisy predicted final length;
-``oracle``: true final lengths, hindsight placement that sees the future) on each bundled trace,
+``hindsight-routing`` (formerly ``oracle``): true final lengths, hindsight placement that sees the future) on each bundled trace,
 48 A800, on-policy (K=0). The replays are ``end_to_end.py``'s. SIMULATED.
 """
 
@@ -20,7 +20,7 @@ from exp_common import BUNDLED, Context, Figure, Section, finish_figure, fx, md_
 
 NAME = "cmlfq_ablation"
 TITLE = "C-MLFQ ablation: routers under the same planner and pool (bundled traces, 48 A800, K=0)"
-ROUTERS = ("libra", "no-migration", "reactive-mlfq", "length-predictor", "oracle")
+ROUTERS = ("libra-full", "no-migration", "reactive-mlfq", "length-predictor", "hindsight-routing")
 
 
 def inputs(size: str) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def run(ctx: Context) -> Section:
     recs = e2e.records(ctx, ROUTERS)
     rs = []
     for wl, _, _ in BUNDLED:
-        lib = recs.get((wl, 0, "libra"))
+        lib = recs.get((wl, 0, "libra-full"))
         for p in ROUTERS:
             rec = recs.get((wl, 0, p))
             if rec is None:
@@ -59,14 +59,14 @@ def run(ctx: Context) -> Section:
         ax.legend(fontsize=6)
     axes[0].axhline(1.0, color="k", lw=0.6)
     finish_figure(fig, ctx.dir / "cmlfq_ablation.png", "SIMULATED C-MLFQ ablation, 48 x A800, K=0")
-    lo = [r for r in rs if r["policy"] not in ("libra", "oracle") and r["x_libra"] < 0.97]
-    hi = [r for r in rs if r["policy"] not in ("libra", "oracle") and r["x_libra"] > 1.03]
-    orc = [r for r in rs if r["policy"] == "oracle"]
+    lo = [r for r in rs if r["policy"] not in ("libra-full", "hindsight-routing") and r["x_libra"] < 0.97]
+    hi = [r for r in rs if r["policy"] not in ("libra-full", "hindsight-routing") and r["x_libra"] > 1.03]
+    orc = [r for r in rs if r["policy"] == "hindsight-routing"]
     text = [
         f"Routers more than 3% slower than C-MLFQ: {len(lo)}" + (" (" + ", ".join(f"{r['policy']} on {r['workload']} {fx(r['x_libra'])}" for r in lo) + ")" if lo else "")
         + f"; faster: {len(hi)}" + (" (" + ", ".join(f"{r['policy']} on {r['workload']} {fx(r['x_libra'])}" for r in hi) + ")" if hi else "")
-        + (". The oracle (hindsight, sees the future) against C-MLFQ: " + ", ".join(f"{r['workload']} {fx(r['x_libra'])}" for r in orc)
-           + ": the room left for any router on these traces." if orc else ". The oracle is not replayed at this size."),
+        + (". Hindsight routing (sees the future; not an upper bound) against C-MLFQ: " + ", ".join(f"{r['workload']} {fx(r['x_libra'])}" for r in orc)
+           + ": how much knowing the lengths changes on these layouts." if orc else ". Hindsight routing is not replayed at this size."),
         "",
         md_table(("workload", "router (policy)", "gen tok/s", "x libra", "rollout s", "makespan/LB", "migrations", "refused"),
                  [(r["workload"], r["policy"], f"{r['throughput_tok_s']:,.0f}", fx(r["x_libra"], 3), f"{r['mean_rollout_s']:.1f}",

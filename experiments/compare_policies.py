@@ -15,7 +15,7 @@ Columns: ``gen_tok_s`` generated tokens / simulated wall time; ``trained_tok_s``
 (every trajectory's full context) / wall time; ``mean_step_s``; ``makespan_over_bound`` the mean
 over steps of rollout makespan / lower bound (``libra/planner/bounds.py``: max(critical path at batch 1,
 work / capacity)); speedups are throughput ratios against ``verl-static-uniform`` and
-``areal-static-optimal`` in the same mode. ``oracle`` sees the future (hindsight placement, not a policy and not a proven bound).
+``areal-static-optimal`` in the same mode. ``hindsight-routing`` (formerly ``oracle``) sees the future (hindsight placement, not a policy and not a proven bound).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ WATERFALL = (
     ("libra-homogeneous", "+ planner, homogeneous TP"),
     ("libra-hetero", "+ heterogeneous TP"),
     ("libra-cmlfq", "+ C-MLFQ"),
-    ("libra", "+ elastic pool (= libra)"),
+    ("libra-full", "+ elastic pool (libra-full)"),
 )
 SIMULATED = "SIMULATED numbers (discrete-event simulator with the fitted cost model, seed 0), not measurements."
 

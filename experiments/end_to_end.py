@@ -28,8 +28,8 @@ TITLE = "End-to-end: throughput and reward vs wall-clock on the bundled traces (
 GPUS, GPU = 48, "a800"
 BASE_K0 = ("verl-colocated", "verl-static-uniform")
 BASE_K1 = ("verl-colocated", "verl-static-uniform", "areal-static-optimal")
-LIBRA_ALL = ("libra", "libra-homogeneous", "libra-hetero", "libra-cmlfq", "no-migration", "reactive-mlfq",
-             "length-predictor", "oracle")
+LIBRA_ALL = ("libra", "libra-homogeneous", "libra-hetero", "libra-cmlfq", "libra-full", "no-migration", "reactive-mlfq",
+             "length-predictor", "hindsight-routing")
 PAPER = {"verl": 3.0, "areal-static-optimal": 1.6}
 
 
@@ -149,7 +149,7 @@ def paper_gap(recs: dict[tuple[str, int, str], dict[str, Any]], why: bool = True
 
 def _plots(ctx: Context, recs: dict[tuple[str, int, str], dict[str, Any]]) -> list[Figure]:
     plt = pyplot()
-    shown_k0 = ("verl-colocated", "verl-static-uniform", "libra-homogeneous", "libra", "oracle")
+    shown_k0 = ("verl-colocated", "verl-static-uniform", "libra-homogeneous", "libra", "hindsight-routing")
     shown_k1 = ("verl-static-uniform", "areal-static-optimal", "libra")
     figs = []
     ks = [k for k in (0, 1) if any(key[1] == k for key in recs)]

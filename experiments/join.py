@@ -39,7 +39,7 @@ def specs(size: str) -> list[ReplaySpec]:
     for f, n, g, m in pick(size, CASES[:1], CASES, CASES):
         for _, pool, join in VARIANTS:
             opts = tuple(sorted((("join", join),) + ((("pool", pool),) if pool else ())))
-            out.append(ReplaySpec(str(TRACES / f), steps_for(size), n, g, m, "libra", 0, opts=opts))
+            out.append(ReplaySpec(str(TRACES / f), steps_for(size), n, g, m, "libra-full", 0, opts=opts))
     return out
 
 

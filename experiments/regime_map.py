@@ -15,7 +15,7 @@ per cell:
 * ``planner``: ``libra-homogeneous`` (the planner alone) over that baseline;
 * ``hetero``: ``libra-hetero`` / ``libra-homogeneous`` (+ heterogeneous TP);
 * ``cmlfq``: ``libra-cmlfq`` / ``libra-hetero`` (+ C-MLFQ on top);
-* ``pool``: ``libra`` / ``libra-cmlfq`` (+ the elastic pool on top);
+* ``pool``: ``libra-full`` / ``libra-cmlfq`` (+ the elastic pool on top);
 * ``cmlfq_alone_off``: ``libra`` / ``reactive-mlfq`` (C-MLFQ against reactive routing with
   everything else on: its gain as the last mechanism left out).
 
@@ -49,8 +49,8 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "planner": ("libra-homogeneous", "best", "planner alone vs best baseline"),
     "hetero": ("libra-hetero", "libra-homogeneous", "+ heterogeneous TP"),
     "cmlfq": ("libra-cmlfq", "libra-hetero", "+ C-MLFQ"),
-    "pool": ("libra", "libra-cmlfq", "+ elastic pool"),
-    "cmlfq_alone_off": ("libra", "reactive-mlfq", "C-MLFQ vs reactive, rest on"),
+    "pool": ("libra-full", "libra-cmlfq", "+ elastic pool"),
+    "cmlfq_alone_off": ("libra-full", "reactive-mlfq", "C-MLFQ vs reactive, rest on"),
 }
 MECHANISMS = ("planner", "hetero", "cmlfq", "pool", "cmlfq_alone_off")
 #: The axes a configuration is described by, in display order.

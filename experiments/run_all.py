@@ -44,7 +44,7 @@ from exp_common import ROOT, SIMULATED_NOTE, Context, Section, atomic_write, cod
 
 #: Every experiment, in the order docs/results.md shows them.
 EXPERIMENTS: tuple[str, ...] = (
-    "regime_map", "end_to_end", "waterfall", "cmlfq_ablation", "workload_characterization", "kv_migration", "tp_efficiency",
+    "regime_map", "end_to_end", "waterfall", "cmlfq_ablation", "mechanisms", "workload_characterization", "kv_migration", "tp_efficiency",
     "planner_scaling", "fidelity", "join", "scale", "hardware",
 )
 BEGIN, END = "<!-- results-summary -->", "<!-- /results-summary -->"

@@ -5,8 +5,8 @@
 On each bundled trace (48 A800) and staleness class, the throughput of ``verl-static-uniform``
 (the static split the planner replaces) and of Libra's cumulative ablations in the order of
 ``compare_policies.WATERFALL``: ``libra-homogeneous`` (the planner, one TP), ``libra-hetero``
-(+ heterogeneous TP buckets, reactive routing), ``libra-cmlfq`` (+ C-MLFQ) and ``libra``
-(+ the elastic pool). Each bar's ratio to the previous one is that mechanism's gain on top of
+(+ heterogeneous TP buckets, reactive routing), ``libra-cmlfq`` (+ C-MLFQ) and ``libra-full``
+(+ the elastic pool; the default ``libra`` is the planner alone since issue 22). Each bar's ratio to the previous one is that mechanism's gain on top of
 the others. The replays are ``end_to_end.py``'s (shared through the cache). SIMULATED.
 """
 

@@ -24,7 +24,7 @@ class Policy(Protocol):
     """A named resource-management policy."""
 
     name: str
-    #: True only for upper-bound policies (``oracle``) that are handed the step's true future;
+    #: True only for upper-bound policies (``hindsight-routing``) that are handed the step's true future;
     #: the backend then calls ``scheduler(plan, future=step_arrays)``. Every honest policy: False.
     #: The one capability a backend hands a policy beyond observations; the registry declares it
     #: up front (``libra.policies.registry``: ``PolicyEntry.needs``), so a backend that cannot
@@ -38,7 +38,7 @@ class Policy(Protocol):
 
     def scheduler(self, plan: Plan, future: StepArrays | None = None) -> RolloutScheduler:
         """The router for a step run under ``plan``. ``future`` is given only when
-        ``sees_future`` is True (the oracle's hindsight placement)."""
+        ``sees_future`` is True (``hindsight-routing``)."""
         ...
 
     def pool(self, plan: Plan) -> PoolPolicy | None:

@@ -73,6 +73,8 @@ class RolloutStats:
     evictions: int = 0
     migrations: int = 0
     migration_wait_s: float = 0.0
+    #: trajectories the router sent to another bucket at a tool's return (outcome and output known)
+    return_moves: int = 0
     migrations_refused: int = 0  # the destination had no KV room: moved by re-prefill instead
     queue_wait_s: float = 0.0
     intervals: int = 0
@@ -180,6 +182,7 @@ class RolloutStage:
             self._by_bucket.setdefault(ri.bucket, []).append(inst)
         if not self.instances:
             raise SimulationError("the plan has no rollout instance")
+        self._min_bucket = min(self._by_bucket)
 
     # ------------------------------------------------------------------ helpers
     def _obs(
@@ -204,7 +207,19 @@ class RolloutStage:
     def _load(self, x: Instance) -> InstanceLoad:
         ready = 0.0 if x.started else (float("inf") if x.ready_at is None else max(0.0, x.ready_at - self.env.now))
         return InstanceLoad(x.id, x.bucket, x.n_running, len(x.queue), x.kv_used, x.capacity, x.max_seqs, x.started,
-                            x.queued_tokens, ready)
+                            x.queued_tokens, ready, self._own(x))
+
+    def _own(self, x: Instance) -> int | None:
+        """1 when ``x`` holds work routed to its own bucket (running, queued, in a tool call with
+        its KV cached there, or migrating in), else 0; None on the shortest bucket (it can host
+        no guest). What a real engine's router knows: the bucket it routed each sequence to.
+        A 0/1 answer is all ``takes_guests`` needs, and it stops at the first own sequence."""
+        b = x.bucket
+        if b <= self._min_bucket:
+            return None
+        bk = self._bucket
+        return int(any(bk[j] == b for j in x.held) or any(bk[j] == b for j in x.pinned)
+                   or any(bk[j] == b for j in x.running) or any(bk[e.traj] == b for e in x.queue))
 
     def loads(self, bucket: int | None = None) -> list[InstanceLoad]:
         """The load of every live instance (of ``bucket`` only, when given)."""
@@ -352,6 +367,23 @@ class RolloutStage:
         self._ctx[i] += self._ttok[row]
         home = self._home[i]
         inst = self.instances.get(home) if home is not None else None
+        # routed again now that the call's outcome and output are known (issue 22 (c)): routing
+        # only at the call's start left a trajectory whose tool output pushed it past its bucket's
+        # bound, or whose error said "this one runs long", in the short bucket for one more turn
+        oc = self._outc[row]
+        obs = self._obs(i, inst if inst is not None and inst.alive else None, self._names[self._tool[row]],
+                        OUTCOMES[oc] if oc >= 0 else None)
+        route = self.sched.on_tool_return(obs)
+        b = self._check_bucket(route.bucket)
+        if b != self._bucket[i]:
+            self._bucket[i] = b
+            self.stats.return_moves += 1
+            if inst is not None and inst.alive and inst not in self._retired and inst.bucket < b:
+                obs = self._obs(i, inst, None, None)
+                dst = self._choose(b, obs)
+                if dst is not inst:
+                    self._move_at_return(i, inst, dst, route.migrate, now)
+                    return
         if inst is None or not inst.alive or inst in self._retired:
             inst = self._choose(self._bucket[i], self._obs(i, None, None, None))  # type: ignore[arg-type]
         elif len(inst.running) + len(inst.queue) >= inst.max_seqs or not inst.started:
@@ -362,6 +394,36 @@ class RolloutStage:
                 inst = dst
         self._home[i] = inst.id
         inst.enqueue(QueueEntry(i, self._ctx[i], self._gen[row + 1], now))
+
+    def _move_at_return(self, i: int, src: Instance, dst: Instance, migrate: bool, now: float) -> None:
+        """Move a trajectory that is back from its tool to ``dst``: its KV migrates (when the router
+        says so, KV is kept and ``dst`` has room to receive it) and it waits for the transfer, none
+        of which overlaps a tool now; else ``dst`` re-prefills its context."""
+        cached = src.cached_for(i)
+        ctx = self._ctx[i]
+        row = self._off[i] + self._turn[i]
+        if self.kv_keep and migrate and cached > 0 and dst.try_pin(i, cached):
+            same = src.gpus[0] // self._domain == dst.gpus[0] // self._domain
+            mig = self.costs.kv_migration_s(cached, src.tp, dst.tp, same) * self.noise.factor()
+            self.stats.migrations += 1
+            self.stats.migration_wait_s += mig
+            self._home[i] = dst.id
+
+            def arrived(_e: object) -> None:
+                self._migrated(i, src, dst)
+                if not dst.alive or dst in self._retired:  # died meanwhile: placed again
+                    target = self._choose(self._bucket[i], self._obs(i, None, None, None))  # type: ignore[arg-type]
+                else:
+                    target = dst
+                self._home[i] = target.id
+                target.enqueue(QueueEntry(i, ctx, self._gen[row], self.env.now))
+
+            ev = self.env.timeout(mig)
+            ev.callbacks.append(arrived)
+            return
+        src.release(i)
+        self._home[i] = dst.id
+        dst.enqueue(QueueEntry(i, ctx, self._gen[row], now))
 
     def _finish_traj(self, i: int, inst: Instance | None, trailing_tool: str | None) -> None:
         if not np.isnan(self._finish[i]):

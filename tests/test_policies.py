@@ -16,7 +16,7 @@ from libra.policies import LIBRA_POLICIES as POLICIES
 from libra.scheduling.base import InstanceLoad, TrajectoryObservation
 from sim.cli import main as libra_sim
 
-EXPECTED = {"libra", "libra-homogeneous", "libra-hetero", "libra-cmlfq", "no-migration", "reactive-mlfq", "length-predictor", "oracle"}
+EXPECTED = {"libra", "libra-homogeneous", "libra-full", "libra-hetero", "libra-cmlfq", "no-migration", "reactive-mlfq", "length-predictor", "hindsight-routing"}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_registry_names_and_flags(ev: CostEvaluator) -> None:
     for name, make in POLICIES.items():
         p = make(cl, ev=ev)
         assert p.name == name
-        assert p.sees_future is (name == "oracle")
+        assert p.sees_future is (name == "hindsight-routing")
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -88,7 +88,7 @@ def test_future_only_for_the_oracle(ev: CostEvaluator) -> None:
     plan = libra.plan(cl, hist, step.prompt_tokens)
     with pytest.raises(ValueError, match="does not see the future"):
         libra.scheduler(plan, future=step)
-    oracle = POLICIES["oracle"](cl, ev=ev)
+    oracle = POLICIES["hindsight-routing"](cl, ev=ev)
     plan = oracle.plan(cl, hist, step.prompt_tokens)
     with pytest.raises(ValueError, match="needs the step"):
         oracle.scheduler(plan)
@@ -125,3 +125,53 @@ def test_cli_plan_text_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_p
     assert libra_sim(["plan", "--gpus", "2", "--model", "qwen3-32b"]) == 2
     assert "GPU" in capsys.readouterr().err
     assert libra_sim(["plan", "--gpus", "16", "--trace", str(tmp_path / "missing.jsonl")]) != 0
+
+
+def test_layout_pin_expresses_heterogeneous_layouts() -> None:
+    """Issue 22: ``--plan-split``/``--bucket-bounds`` could pin only TP-1 instances; a layout pin
+    forces any per-bucket count x TP x bound, on a split or on a time-shared plan's devices."""
+    import pytest as _pt
+
+    from libra.errors import UserError
+    from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
+    from libra.policies.pinned import PlanPin, layout_text, parse_layout, pin_plan
+
+    lay = parse_layout("1x8,8x1@2048")
+    assert lay == ((8, 1, 2048), (1, 8, None)) and layout_text(lay) == "8x1@2048,1x8"
+    assert parse_layout("4x2@1024,2x4@8192,1x8") == ((4, 2, 1024), (2, 4, 8192), (1, 8, None))
+    for bad in ("8x1@2048", "8x3,1x8@5", "x8", "2x2@10,1x8@10,1x8", ""):
+        with _pt.raises(UserError):
+            parse_layout(bad)
+    coloc = Plan(16, 16, TrainConfig(2, 1, 8), tuple(RolloutInstance(i, 4, 0, i // 2, (i % 2) * 4) for i in range(4)),
+                 (Bucket(0, 4, 0, None),), colocated=True)
+    p = pin_plan(coloc, PlanPin(None, None, 8, lay))
+    assert p.colocated and p.n_rollout_gpus == 16 and p.train == coloc.train
+    assert [(b.tp, b.min_context, b.max_context) for b in p.buckets] == [(1, 0, 2048), (8, 2048, None)]
+    assert sorted((i.bucket, i.tp) for i in p.instances) == [(0, 1)] * 8 + [(1, 8)]
+    # no instance straddles a node, no two share a device
+    used = set()
+    for i in p.instances:
+        assert i.first_gpu + i.tp <= 8
+        devs = {i.node * 8 + i.first_gpu + k for k in range(i.tp)}
+        assert not devs & used
+        used |= devs
+    # with a split: the layout must use the split's rollout devices
+    sp = pin_plan(coloc, PlanPin((16, 8), None, 8, lay))
+    assert not sp.colocated and sp.n_rollout_gpus == 16 and sp.n_train_gpus == 8 and len(sp.instances) == 9
+    with _pt.raises(UserError):
+        PlanPin((12, 12), None, 8, lay)
+    with _pt.raises(UserError):
+        pin_plan(coloc, PlanPin(None, None, 8, parse_layout("1x8")))  # 8 of the 16 time-shared devices
+
+
+def test_default_libra_carries_only_the_mechanisms_that_paid() -> None:
+    """Issue 22: heterogeneous TP (causal routing), C-MLFQ and the elastic pool paid nowhere they
+    were measured (docs/results.md, "Which mechanisms pay"), so ``libra`` is the planner alone:
+    one bucket, work-conserving least-loaded routing, no pool. ``libra-full`` keeps them all."""
+    from libra.cluster import ClusterSpec
+    from libra.policies.libra_policy import LIBRA_POLICIES
+
+    cl = ClusterSpec(16, "a800", "qwen3-8b")
+    lib, full = LIBRA_POLICIES["libra"](cl), LIBRA_POLICIES["libra-full"](cl)
+    assert (lib.router, lib.elastic, lib._options.max_buckets) == ("least-loaded", False, 1)
+    assert (full.router, full.elastic, full._options.max_buckets) == ("cmlfq", True, 2)

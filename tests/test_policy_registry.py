@@ -25,8 +25,8 @@ from sim.costs import load_costs
 from sim.hindsight import SimReplayer
 
 ROOT = Path(__file__).resolve().parents[1]
-EVERY = ("verl-colocated", "verl-static-uniform", "areal-static-optimal", "libra", "libra-homogeneous", "libra-hetero",
-         "libra-cmlfq", "no-migration", "reactive-mlfq", "length-predictor", "oracle")
+EVERY = ("verl-colocated", "verl-static-uniform", "areal-static-optimal", "libra", "libra-homogeneous", "libra-full", "libra-hetero",
+         "libra-cmlfq", "no-migration", "reactive-mlfq", "length-predictor", "hindsight-routing")
 CLUSTER = ClusterSpec(16, "a800", "qwen3-8b")
 
 
@@ -41,9 +41,9 @@ def test_one_registry_lists_every_policy_baselines_first() -> None:
     assert BASELINES == ("verl-colocated", "verl-static-uniform", "areal-static-optimal")
     assert {n for n, e in REGISTRY.items() if e.family == "libra"} == set(EVERY) - set(BASELINES)
     assert min_staleness("areal-static-optimal") == 1 and all(min_staleness(n) == 0 for n in EVERY if n != "areal-static-optimal")
-    assert REGISTRY["oracle"].needs == {FUTURE} and REGISTRY["areal-static-optimal"].needs == {HINDSIGHT}
-    assert all(not REGISTRY[n].needs for n in EVERY if n not in ("oracle", "areal-static-optimal"))
-    with pytest.raises(UserError, match=r"unknown policy 'nope'; known: verl-colocated, .*oracle"):
+    assert REGISTRY["hindsight-routing"].needs == {FUTURE} and REGISTRY["areal-static-optimal"].needs == {HINDSIGHT}
+    assert all(not REGISTRY[n].needs for n in EVERY if n not in ("hindsight-routing", "areal-static-optimal"))
+    with pytest.raises(UserError, match=r"unknown policy 'nope'; known: verl-colocated, .*hindsight-routing"):
         resolve("nope", CLUSTER)
 
 
@@ -52,7 +52,7 @@ def test_every_factory_takes_the_one_options_type_and_plans(costs) -> None:  # t
     opts = PolicyOptions(ev=costs.ev, max_staleness=1, hindsight=SimReplayer([step], CLUSTER, costs))
     for name in EVERY:
         pol = resolve(name, CLUSTER, opts)
-        assert pol.name == name and pol.sees_future is (name == "oracle")
+        assert pol.name == name and pol.sees_future is (name == "hindsight-routing")
         plan = pol.plan(CLUSTER, (), step.prompt_tokens)
         assert plan.n_train_gpus >= 1 and plan.instances
         # keywords are the same type's fields, applied on top
@@ -79,9 +79,9 @@ def test_options_are_one_frozen_type() -> None:
 
 def test_a_backend_without_a_capability_refuses_before_any_work() -> None:
     check_backend("libra", (), "libra-run")
-    check_backend("oracle", (FUTURE, HINDSIGHT), "libra-sim")
-    with pytest.raises(UserError, match="libra-run cannot run policy 'oracle': oracle needs the step's true future"):
-        check_backend("oracle", (), "libra-run")
+    check_backend("hindsight-routing", (FUTURE, HINDSIGHT), "libra-sim")
+    with pytest.raises(UserError, match="libra-run cannot run policy 'hindsight-routing': hindsight-routing needs the step's true future"):
+        check_backend("hindsight-routing", (), "libra-run")
     with pytest.raises(UserError, match="areal-static-optimal needs hindsight replay: .*run it in libra-sim"):
         check_backend("areal-static-optimal", (FUTURE,), "libra-run")
     with pytest.raises(UserError, match="needs hindsight replay"):  # the factory itself, without a replayer
@@ -93,8 +93,8 @@ def test_libra_run_refuses_oracle_and_hindsight_when_reading_its_config() -> Non
     from libra.runtime.config import load_config
 
     assert load_config(None, {"policy": "verl-static-uniform"}).policy == "verl-static-uniform"
-    with pytest.raises(UserError, match="--policy: libra-run cannot run policy 'oracle'.*true future"):
-        load_config(None, {"policy": "oracle"})
+    with pytest.raises(UserError, match="--policy: libra-run cannot run policy 'hindsight-routing'.*true future"):
+        load_config(None, {"policy": "hindsight-routing"})
     with pytest.raises(UserError, match="--policy: libra-run cannot run policy 'areal-static-optimal'.*hindsight replay"):
         load_config(None, {"policy": "areal-static-optimal"})
     with pytest.raises(UserError, match="unknown policy 'nope'"):
@@ -133,4 +133,4 @@ def test_policyglue_builds_what_the_registry_builds(costs) -> None:  # type: ign
         direct = resolve(name, CLUSTER, ev=costs.ev).plan(CLUSTER, (), prompts)
         assert via_glue == direct
     with pytest.raises(UserError, match="true future"):
-        make_policy("oracle", CLUSTER, costs.ev, 0, False)
+        make_policy("hindsight-routing", CLUSTER, costs.ev, 0, False)

@@ -201,7 +201,7 @@ def test_router_observations_hold_only_the_past() -> None:
         rows = range(off[i], off[i + 1])
         if kind == "admit":
             assert obs.context_tokens == step.prompt_tokens[i] and obs.turns_done == 0 and obs.last_outcome is None
-        elif kind == "tool":
+        elif kind == "tool" and obs.at_call_start:
             k = obs.turns_done - 1  # the turn that just ended with this call
             r = rows[k]
             ctx = step.prompt_tokens[i] + sum(step.gen_tokens[x] + step.tool_tokens[x] for x in rows[:k]) + step.gen_tokens[r]
@@ -209,6 +209,14 @@ def test_router_observations_hold_only_the_past() -> None:
             assert obs.last_tool == step.tool_names[step.tool_code[r]]
             prev = step.outcome_code[r - 1] if k > 0 else -1
             assert obs.last_outcome == (OUTCOMES[prev] if prev >= 0 else None)
+        elif kind == "tool":  # asked again at the call's return: its outcome and output are known now
+            k = obs.turns_done - 1
+            r = rows[k]
+            assert r + 1 < off[i + 1]  # only calls after which the trajectory continues
+            ctx = step.prompt_tokens[i] + sum(step.gen_tokens[x] + step.tool_tokens[x] for x in rows[: k + 1])
+            assert obs.context_tokens == ctx
+            assert obs.last_tool == step.tool_names[step.tool_code[r]]
+            assert obs.last_outcome == OUTCOMES[step.outcome_code[r]]
         else:
             assert obs.context_tokens == step.total_tokens[i] and obs.turns_done == step.n_turns[i]
     assert sum(k == "finish" for k, _ in seen) == step.n

@@ -38,7 +38,10 @@ def test_only_the_call_budgets_last_call_goes_unrouted() -> None:
     policy = recorded(FixedPolicy(simple_plan(2, 2, two_buckets=True), migrate_to=1), log)
     res = Simulator([step], policy, ClusterSpec(16, "fake", "fake"), fake_costs(), SimConfig(noise_sigma=0.0)).run()
     routed = sorted(log.routes())
-    assert routed == [("len", 1), ("len", 2), ("len1", 1), ("lim", 1), ("stop", 1)]
+    # (id, turns done, at the call's start): every routed call at its start, and again at its
+    # return when the trajectory continues (issue 22: outcome and output known then)
+    assert routed == [("len", 1, False), ("len", 1, True), ("len", 2, True), ("len1", 1, True), ("lim", 1, False),
+                      ("lim", 1, True), ("stop", 1, False), ("stop", 1, True)]
     # the moves of calls after which the trajectory ended were carried out (KV migrated) and
     # every trajectory still finished once, with its whole context
     m = res.steps[0]

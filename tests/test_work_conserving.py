@@ -180,7 +180,7 @@ def test_an_instance_that_drains_early_takes_queued_work() -> None:
     assert np.isfinite(st.stats.finish_s).all()
 
 
-def test_oracle_is_at_least_as_good_as_cmlfq_under_the_same_rules() -> None:
+def test_hindsight_routing_is_about_as_good_as_cmlfq_under_the_same_rules() -> None:
     """Issue 11, cause 3: the oracle routed by final length at admission and balanced by count,
     landing below libra (0.94x). Now: longest true work admitted first, placed by true work left
     per GPU, waiting where its KV is cached, queued work moving like every router's."""
@@ -192,4 +192,65 @@ def test_oracle_is_at_least_as_good_as_cmlfq_under_the_same_rules() -> None:
         plan = _plan(8, True, bound=3000)
         oracle = _run(plan, OracleRouter(plan, step), step, max_seqs=8).stats.makespan_s
         cmlfq = _run(plan, CMLFQScheduler(plan, RemainingWorkModel.fit(hist)), step, max_seqs=8).stats.makespan_s
-        assert oracle <= cmlfq, (seed, oracle, cmlfq)
+        # not a bound (issue 22): hindsight routing is a heuristic that knows the lengths; with
+        # return-time routing and the guest rule C-MLFQ came within 0.5% below it on seed 1
+        assert oracle <= 1.01 * cmlfq, (seed, oracle, cmlfq)
+
+
+# ---- issue 22 (a): guests must not crowd a longer bucket's own work ------------------------------
+def _tail_step(n_short: int = 150, seed: int = 5):  # type: ignore[no-untyped-def]
+    """Short multi-turn trajectories (contexts < 2,500) and one whose first tool returns 2,600
+    tokens (outgrowing a 3,000 bound) and that then decodes 3 x 3,000 tokens: the step's tail."""
+    from libra.trace.columnar import StepArrays
+    from libra.trace.records import Trajectory, Turn
+
+    rng = np.random.default_rng(seed)
+    trajs = []
+    for i in range(n_short):
+        k = int(rng.integers(6, 11))
+        ts = [Turn(int(rng.integers(100, 200)), "bash", float(rng.uniform(0.5, 2.0)), 100, "ok") for _ in range(k - 1)]
+        trajs.append(Trajectory(f"s{i}", 0, 200, (*ts, Turn(150, None)), f"g{i}", 0.0, "stop"))
+    tail = (Turn(400, "bash", 1.0, 2600, "error"), Turn(3000, "bash", 1.0, 100, "error"), Turn(3000, "bash", 1.0, 100, "error"), Turn(3000, None))
+    trajs.append(Trajectory("tail", 0, 200, tail, "gt", 0.0, "stop"))
+    return StepArrays.from_trajectories(0, trajs)
+
+
+def _tail_plan() -> Plan:
+    insts = (*(RolloutInstance(i, 1, 0, 0, i) for i in range(3)), RolloutInstance(3, 4, 1, 0, 4))
+    return Plan(7, 8, TrainConfig(1, 1, 8), insts, (Bucket(0, 1, 0, 3000), Bucket(1, 4, 3000, None)))
+
+
+def test_place_and_steal_keep_guests_off_a_longer_instance_with_work_of_its_own() -> None:
+    plan = _tail_plan()
+    full0 = [InstanceLoad(i, 0, 16, 4, 0, 100_000, 16) for i in range(3)]
+    # the tail instance runs a trajectory of its own: short work queues at home instead
+    busy_tail = InstanceLoad(3, 1, 1, 0, 5_000, 400_000, 16, own=1)
+    assert place(plan, 0, [*full0, busy_tail], _obs(500)) != 3
+    # idle (no work of its own): it takes guests, as before (work conservation)
+    idle_tail = InstanceLoad(3, 1, 0, 0, 0, 400_000, 16, own=0)
+    assert place(plan, 0, [*full0, idle_tail], _obs(500)) == 3
+    # steal: it pulls short queued work only while it has none of its own
+    assert steal(plan, idle_tail, [*full0, idle_tail]) is not None
+    assert steal(plan, busy_tail, [*full0, busy_tail]) is None
+    # a guest on it goes home at its next call once its own bucket has room
+    roomy0 = [InstanceLoad(0, 0, 3, 0, 0, 100_000, 16), *full0[1:]]
+    guest_on_busy = InstanceLoad(3, 1, 5, 0, 5_000, 400_000, 16, own=1)
+    assert place(plan, 0, [*roomy0, guest_on_busy], _obs(500, instance=3, bucket=0)) == 0
+    assert place(plan, 0, [*roomy0, idle_tail], _obs(500, instance=3, bucket=0)) == 3
+
+
+def test_the_tail_decodes_without_short_guests_crowding_its_instance() -> None:
+    """The audit's defects (a) and (c) together: the tail trajectory's first tool returns 2,600
+    tokens, pushing it past the 3,000 bound. Before: it was routed only at its next call's start,
+    so its 3,000-token second turn ran in the short bucket (as a guest on the TP-4 instance, among
+    16 short guests), and short guests kept filling the TP-4 instance. Now it is routed at the
+    return (outcome and output known) and the TP-4 instance takes no guests once it has work of
+    its own. Measured (fake costs): the tail, hence the step, ended at 58.1 s before, 57.9 s with
+    only the guest rule, 58.1 s with only return routing, 49.5 s with both."""
+    step = _tail_step()
+    plan = _tail_plan()
+    st = _run(plan, CMLFQScheduler(plan, RemainingWorkModel()), step, max_seqs=16)
+    assert np.isfinite(st.stats.finish_s).all()
+    tail = step.n - 1
+    assert st.stats.return_moves >= 1
+    assert st.stats.finish_s[tail] < 0.92 * 58.1, st.stats.finish_s[tail]

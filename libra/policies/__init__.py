@@ -5,7 +5,7 @@
 | ``verl-colocated`` | baseline | ``verl.py`` | every GPU rolls out, then every GPU trains (stage switches paid) |
 | ``verl-static-uniform`` | baseline | ``verl.py`` | a fixed split, uniform-TP instances, least-loaded; sync (one-step-off async with K >= 1) |
 | ``areal-static-optimal`` | baseline | ``areal.py`` | the best fixed (split, TP, loop) in hindsight, by replay; async, K >= 1; needs a ``HindsightReplayer`` |
-| ``libra`` and its ablations | libra | ``libra_policy.py`` | planner + router + elastic pool (its table); ``oracle`` sees the future |
+| ``libra`` and its ablations | libra | ``libra_policy.py`` | planner + router + elastic pool (its table); ``hindsight-routing`` sees the future |
 
 One concept per file: ``options.py`` (``PolicyOptions``, the one options type every factory
 takes), ``registry.py`` (the names, what each needs from a backend, ``resolve``,

@@ -54,8 +54,8 @@ class HindsightStaticPolicy(StaticPolicy):
     """A ``StaticPolicy`` whose choice is searched over the whole trace by replay."""
 
     def __init__(self, name: str, cluster: ClusterSpec, options: PolicyOptions, replayer: HindsightReplayer, *,
-                 modes: Sequence[str], staleness: int) -> None:
-        super().__init__(name, cluster, options, colocated=False, modes=modes, staleness=staleness)
+                 modes: Sequence[str], staleness: int, colocated: bool = False) -> None:
+        super().__init__(name, cluster, options, colocated=colocated, modes=modes, staleness=staleness)
         self.replayer = replayer
         self.trace: list[StepArrays] = list(replayer.steps)
         #: what the search did (candidates, replayed, pruned_by_bound, sample_steps, finalists, search_s, best_wall_s)

@@ -9,7 +9,7 @@ asks ``resolve`` for a name and ``check_backend`` whether it can run it at all.
 
 Capabilities (``PolicyEntry.needs``): what a policy is handed beyond the observations every
 backend reports. ``FUTURE``: the step's true future (``scheduler(plan, future=step)``, the
-``oracle``'s hindsight placement, ``Policy.sees_future``); ``HINDSIGHT``: a
+``hindsight-routing``'s placement, ``Policy.sees_future``); ``HINDSIGHT``: a
 ``HindsightReplayer`` over the whole trace (``PolicyOptions.hindsight``:
 ``areal-static-optimal``). The simulator offers both; ``libra-run`` offers neither, so it
 refuses those policies when it reads its configuration, before Ray or any model starts.
@@ -36,6 +36,9 @@ from libra.policy import Policy
 
 Factory = Callable[..., Policy]
 
+#: The policy handed the step's true future (hindsight routing on Libra's layout; formerly ``oracle``).
+HINDSIGHT_ROUTING = "hindsight-routing"
+
 #: The step's true future, handed to ``scheduler(plan, future=step)`` (``Policy.sees_future``).
 FUTURE = "future"
 #: A ``HindsightReplayer`` over the whole trace (``PolicyOptions.hindsight``).
@@ -43,8 +46,8 @@ HINDSIGHT = "hindsight"
 #: Every capability a backend may offer.
 CAPABILITIES: tuple[str, ...] = (FUTURE, HINDSIGHT)
 
-_ORACLE_NEEDS = ("oracle needs the step's true future (it routes by the trajectories' final lengths: hindsight "
-                 "placement, an upper bound): only libra-sim replays a known trace; in libra-run use an honest "
+_ORACLE_NEEDS = ("hindsight-routing needs the step's true future (it routes by the trajectories' final lengths: "
+                 "hindsight placement, not a policy a real run can execute): only libra-sim replays a known trace; in libra-run use an honest "
                  "policy (libra, length-predictor for a learned length model)")
 
 
@@ -69,8 +72,8 @@ def _entries() -> tuple[PolicyEntry, ...]:
                     refusal=HINDSIGHT_NEEDED),
     )
     core = tuple(
-        PolicyEntry(name, make, "libra", needs=frozenset({FUTURE}) if name == "oracle" else frozenset(),
-                    refusal=_ORACLE_NEEDS if name == "oracle" else "")
+        PolicyEntry(name, make, "libra", needs=frozenset({FUTURE}) if name == HINDSIGHT_ROUTING else frozenset(),
+                    refusal=_ORACLE_NEEDS if name == HINDSIGHT_ROUTING else "")
         for name, make in LIBRA_POLICIES.items()
     )
     return base + core

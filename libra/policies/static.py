@@ -133,6 +133,17 @@ class Chooser:
             f"({res.why_none() if not res.ranked else 'these tp x pp fit: ' + ', '.join(f'{a}x{b}' for a, b in fits)})"
         )
 
+    def train_alternatives(self, n_gpus: int, tokens: int, seq_len: int, seq_max: int, k: int = 16) -> list[tuple[TrainConfig, float]]:
+        """The ``k`` fastest training strategies (with their times) the tree ranks on ``n_gpus``
+        (the pinned one alone when training is pinned): a time-shared plan picks among them by
+        training plus stage switches, since a strategy that trains faster may offload and reload
+        far more state at every switch."""
+        if self.options.pinned_training:
+            one = self.train_config(n_gpus, tokens, seq_len, seq_max)
+            return [one] if one is not None else []
+        res = self.tree.best(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))
+        return [(cfg, t) for t, cfg in res.ranked[:k]]
+
     def no_fit_message(self, n_gpus: int, tokens: int, seq_len: int, seq_max: int) -> str:
         res = self.tree.best(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))
         return res.why_none()
@@ -204,12 +215,14 @@ class StaticPolicy:
                 tried.append(f"{r}:{t_gpus} ({ch.no_fit_message(t_gpus, tokens, seq_len, seq_max)})")
                 continue
             cfg, train_s = tc
+            alts = ch.train_alternatives(t_gpus, tokens, seq_len, seq_max) if self.colocated else [tc]
             for tp in ch.rollout_tps(max_context):
                 if r % tp:
                     continue
                 roll = ch.rollout_estimate(steps, tp, r) / len(steps)
                 inst = self._instances(r, tp)
-                if self.colocated:  # both stage switches and the IPC hand-over
+                if self.colocated:  # both stage switches and the IPC hand-over, which depend on the strategy
+                    cfg, train_s = min(alts or [tc], key=lambda a: (a[1] + sc.colocated_overhead_s(a[0], inst), a[1]))
                     over = sc.colocated_overhead_s(cfg, inst)
                 else:  # the weight push, over NVLink when training and rollout share a domain
                     over = sc.weight_sync_s(cfg, inst, sc.train_gpus(n, t_gpus, False, inst))

@@ -28,7 +28,7 @@ KEYS: dict[str, tuple[Any, str]] = {
                              "else the profile of the engine that runs (vllm-2024 for vLLM; constants for the torch "
                              "engine, which the vLLM fits do not describe)"),
     "address": (None, "Ray cluster address to join (default: start a local Ray)"),
-    "policy": ("libra", "resource policy: libra and its ablations, or a baseline (verl-static-uniform, verl-colocated); oracle and areal-static-optimal need the simulator"),
+    "policy": ("libra", "resource policy: libra and its ablations, or a baseline (verl-static-uniform, verl-colocated); hindsight-routing and areal-static-optimal need the simulator"),
     "split": (None, "pin ROLLOUT:TRAIN devices (e.g. '2:2'); overrides the planner's split"),
     "bucket_bounds": (None, "force rollout buckets at these context lengths (e.g. [96]); instances are dealt to buckets round-robin"),
     "steps": (3, "RL steps to run"),

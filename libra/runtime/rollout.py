@@ -10,7 +10,8 @@ sees (every live instance: the policy core's ``place`` may put shorter work on a
 instance, and a trajectory back from a tool whose instance is full is placed again), and an idle
 instance asks ``next_for`` which queued work to pull from another's queue (work conservation:
 no instance idles while work it could run waits). Routing happens as a tool call starts (``TrajectoryObservation.at_call_start``, as in the
-simulator), so a move is carried out while the tool runs, by prefix recomputation: the destination
+simulator), and again as it returns (``_route_return``: outcome and output known; a move then
+recomputes the context at the destination, exposed), so a move decided at the start is carried out while the tool runs, by prefix recomputation: the destination
 computes the trajectory's context (``EngineActor.prefill``) and the source drops its KV; when
 the tool returns, the destination has only the tool's output left to compute. Its
 measured time is recorded next to the cost evaluator's ``kv_migration_s`` prediction.
@@ -207,6 +208,7 @@ class Rollout:
         # routed when the call started; continue there (or, if that instance died or
         # was lent meanwhile, on another of the bucket: it recomputes the context)
         where = self.q.where
+        self._route_return(ep)
         dst = where[t]
         d = self.inst[dst]
         if not d.alive or d.lent or self.q.is_full(d):
@@ -282,6 +284,32 @@ class Rollout:
                     self.prefills[self.inst[dst].handle.prefill.remote(t, tuple(ep.context))] = (t, src, dst)
                 else:
                     res.moves_without_kv += 1
+                where[t] = dst
+
+    def _route_return(self, ep: Episode) -> None:
+        """Route again as the call returns (issue 22), as the simulator does: the call's outcome
+        and output are known now, so a trajectory the output pushed past its bucket's bound, or
+        whose error says it runs long, moves now instead of one turn later. A move leaves the
+        instance holding its KV only for a longer bucket's; the destination recomputes the
+        context when the trajectory is admitted there (nothing overlaps it now)."""
+        t = ep.traj_id
+        where = self.q.where
+        src = where[t]
+        s = self.inst[src]
+        route = self.sched.on_tool_return(self._obs(ep, src if s.alive and not s.lent else None, self.bucket_of[t]))
+        res = self.res
+        res.routed += 1
+        if route.bucket == self.bucket_of[t]:
+            return
+        res.rerouted += 1
+        self.bucket_of[t] = route.bucket
+        if s.alive and not s.lent and s.bucket < route.bucket:
+            dst = self.q.place(route.bucket, self._obs(ep, src, route.bucket))
+            if dst != src:
+                if t in s.resident:
+                    s.resident.discard(t)
+                    s.handle.drop.remote([t])
+                res.moves_without_kv += 1
                 where[t] = dst
 
     def _drain_prefills(self) -> None:

@@ -73,6 +73,10 @@ class InstanceLoad:
     #: the backend knows before it happens; ``inf``: unknown, e.g. waiting for an earlier step's
     #: training); ignored once started
     ready_in_s: float = float("inf")
+    #: sequences on it (running, queued, or in a tool call with their KV cached there) that were
+    #: routed to its OWN bucket, i.e. not guests from a shorter bucket; None: the backend does not
+    #: tell (placement then treats it as having none, the behaviour before this field existed)
+    own: int | None = None
 
     def room(self, context: int = 0) -> int:
         """Sequences of ``context`` tokens it could start now beyond what it runs and queues:
@@ -186,6 +190,9 @@ def place(plan: Plan, bucket: int, loads: Sequence[InstanceLoad], obs: Trajector
     the instance holding its KV if that bucket still holds its context (moving it to a shorter
     queue re-prefills it and was slower in tests: 25.0 s against 20.7 s on a two-bucket step);
     otherwise it queues on the least-filled candidate, serving first, shorter bucket on ties.
+    Guests (issue 22): a longer bucket's instance takes shorter work only while it has none of
+    its own (``takes_guests``), and a guest on one that has work of its own goes back to its own
+    bucket at its next call when an instance of that bucket has room.
     (Queuing all new work in its own bucket concentrated the backlog there: 23.5 s against
     21.1 s for one bucket of the same instances.)"""
     if not loads:
@@ -198,8 +205,11 @@ def place(plan: Plan, bucket: int, loads: Sequence[InstanceLoad], obs: Trajector
     roomy = [l for l in cands if l.room(ctx) > 0]
     if cur is not None:
         for l in roomy:
-            if l.instance == cur and l.started:
+            # a guest on a longer bucket's instance that now has work of its own goes home when
+            # its own bucket has room
+            if l.instance == cur and l.started and (takes_guests(l, bucket) or not any(o.bucket == bucket and o.started for o in roomy)):
                 return cur
+    roomy = [l for l in roomy if takes_guests(l, bucket)]
     if roomy:
         return min(roomy, key=lambda l: (not serves_now(plan, l), l.bucket - bucket if l.bucket >= bucket else 1 << 20, _fill(l),
                                          not l.started, l.instance)).instance
@@ -207,7 +217,18 @@ def place(plan: Plan, bucket: int, loads: Sequence[InstanceLoad], obs: Trajector
         for l in loads:
             if l.instance == cur and l.started and (_bound(plan, l.bucket) or 1 << 62) > ctx:
                 return cur
+    cands = [l for l in cands if takes_guests(l, bucket)] or cands
     return min(cands, key=lambda l: (not serves_now(plan, l), _fill(l), l.bucket, not l.started, l.instance)).instance
+
+
+def takes_guests(l: InstanceLoad, bucket: int) -> bool:
+    """Whether ``l`` may take work routed to the shorter ``bucket`` (a guest): only while it has
+    no work of its own bucket. A longer bucket's instances exist for the trajectories that outgrow
+    the shorter ones; with guests admitted up to its slot limit, a TP-8 tail instance decoded its
+    tail at batch 256 and the hindsight two-bucket layout that beat the best homogeneous one
+    (rollout 490 s against 693 s) degraded to 679 s (issue 22's audit, SIMULATED). An idle
+    longer instance still takes guests (no instance idles while work it could run waits)."""
+    return l.bucket <= bucket or not l.own
 
 
 def excess(l: InstanceLoad, plan: Plan | None = None) -> int:
@@ -232,11 +253,13 @@ def steal(plan: Plan, receiver: InstanceLoad, loads: Sequence[InstanceLoad]) -> 
     (what it cannot start itself now; only that is taken); its own bucket
     and shorter buckets first (their work fits any longer bound), then longer buckets (only
     entries whose context is below the receiver's bound); within those, donors not serving
-    first (their queue cannot run at all), then the longest queue per slot. It takes up to its
+    first (their queue cannot run at all), then the longest queue per slot. A receiver with work
+    of its own bucket pulls no shorter bucket's work (``takes_guests``). It takes up to its
     free slots, limited by its free KV at the donor's mean queued context."""
     if not receiver.started or receiver.queued > 0:
         return None
-    donors = [(l, excess(l, plan)) for l in loads if l.queued > 0 and l.instance != receiver.instance]
+    donors = [(l, excess(l, plan)) for l in loads if l.queued > 0 and l.instance != receiver.instance
+              and takes_guests(receiver, l.bucket)]
     donors = [(l, e) for l, e in donors if e > 0]
     if not donors:
         return None

@@ -12,7 +12,9 @@ what past steps showed about remaining work from such a state (``RemainingWorkMo
    the first bucket the trajectory is unlikely to outgrow. The last bucket is unbounded. An error
    return whose history says "errors run long" is promoted early; an ``ok`` at the same context
    may stay.
-3. **Migration timing**: a move migrates the KV (``Route.migrate=True``) while the tool runs.
+3. **Migration timing**: a move decided at a call's start migrates the KV (``Route.migrate=True``)
+   while the tool runs; the simulator asks again at the tool's return (outcome and output known,
+   issue 22), where a move's migration is exposed in full.
    When the migration (``kv_migration_s`` of the current context, cross-node unless the plan has
    one node) would outlast the tool's expected latency (median of past steps) plus ``margin_s``,
    the move is skipped unless the expected gain is large: the remaining tokens (model's
@@ -154,7 +156,9 @@ class CMLFQScheduler(WorkConserving):
             if self._pressure(dst, 1) > max(1.0, self._pressure(cur)):
                 self.skipped += 1
                 return Route(cur, False)
-            exposed = self.migration_s(obs, dst) - (self.model.expected_tool_latency(obs.last_tool) + self.margin_s)
+            # at a call's start the move overlaps the tool; at its return nothing hides it
+            hidden = self.model.expected_tool_latency(obs.last_tool) + self.margin_s if obs.at_call_start else 0.0
+            exposed = self.migration_s(obs, dst) - hidden
             if exposed > 0 and self.gain_s(obs, dst) < self.gain_factor * exposed:
                 self.skipped += 1
                 return Route(cur, False)

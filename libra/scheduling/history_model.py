@@ -27,7 +27,8 @@ For a new state the model answers
 from the samples with the same key, backing off to coarser keys (return states: without the turns
 bin; call-start states: without the previous outcome, then without the turns bin), then to every
 sample at least 0.9x as long as the current context, while fewer than ``min_samples`` support
-the finer one. Final lengths of samples from another context are rescaled by ``context /
+the finer one; a finer key's few samples are then shrunk towards that estimate rather than
+dropped (``prior_strength`` pseudo-samples; issue 22: a rare tail's error signal). Final lengths of samples from another context are rescaled by ``context /
 sample context`` so a cell's spread does not bias the estimate.
 
 It never takes the current step: its constructor takes completed steps only, and the routers
@@ -71,6 +72,8 @@ class RemainingWorkModel:
     """Empirical remaining-work distributions per causal state (see the module docstring)."""
 
     min_samples: int = 16
+    #: pseudo-samples the coarser estimate counts as when a sparse finer state is shrunk towards it
+    prior_strength: float = 4.0
     _samples: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     _all_ctx: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _all_final: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -146,12 +149,24 @@ class RemainingWorkModel:
                 m.tool_latency_s[name] = float(np.median(v))
         return m
 
-    def _finals(self, outcome: str | None, turns_done: int, context: int, call_start: bool = False) -> np.ndarray:
-        """Predicted final lengths for a state: the backed-off sample set, rescaled to ``context``.
+    def _rescaled(self, got: tuple[np.ndarray, np.ndarray], context: int) -> np.ndarray:
+        ctx, fin = got
+        return np.maximum(fin * (context / np.maximum(ctx, 1.0)), context)
+
+    def _finals(self, outcome: str | None, turns_done: int, context: int, call_start: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted final lengths for a state, rescaled to ``context``, with their weights (sum 1).
 
         ``call_start``: the state is a call's start (``outcome`` is the previous call's, None
         before the first); otherwise a return (``outcome`` is the call's own) or, with ``outcome``
-        None, an admission / a state without an outcome."""
+        None, an admission / a state without an outcome.
+
+        The finest key with at least ``min_samples`` samples (else every sample whose context had
+        reached 0.9x this one) is the base; each finer key that has FEWER samples is not thrown
+        away but shrunk towards it, coarse to fine: its ``n`` samples count once each and the
+        coarser estimate as ``prior_strength`` pseudo-samples (a Dirichlet-process posterior).
+        Issue 22: dropping a rare state's samples below ``min_samples`` estimated P(outgrow |
+        error) at 0.17 for a tail where every error outgrew (1.0), so C-MLFQ never promoted it;
+        with 5 such samples the shrunk estimate is (5 + 4 x 0.17) / 9 = 0.63."""
         c = context_cell(context)
         tb = turn_bin(turns_done)
         if call_start:
@@ -160,17 +175,28 @@ class RemainingWorkModel:
             keys = (("r", outcome, tb, c), ("r", outcome, c))
         else:
             keys = (("s", tb, c), ("s", c))
-        for key in keys:
-            got = self._samples.get(key)
-            if got is not None and len(got[0]) >= self.min_samples:
-                ctx, fin = got
-                return np.maximum(fin * (context / np.maximum(ctx, 1.0)), context)
-        # coarsest: every sample whose context had reached at least this one
-        i = int(np.searchsorted(self._all_ctx, context * 0.9))
-        if len(self._all_ctx) - i >= 1:
-            ctx, fin = self._all_ctx[i:], self._all_final[i:]
-            return np.maximum(fin * (context / np.maximum(ctx, 1.0)), context)
-        return np.asarray([float(context)])
+        levels = [self._samples.get(k) for k in keys]
+        base = next((j for j, g in enumerate(levels) if g is not None and len(g[0]) >= self.min_samples), None)
+        if base is not None:
+            vals = self._rescaled(levels[base], context)  # type: ignore[arg-type]
+        else:
+            i = int(np.searchsorted(self._all_ctx, context * 0.9))
+            vals = self._rescaled((self._all_ctx[i:], self._all_final[i:]), context) if len(self._all_ctx) - i >= 1 else np.zeros(0)
+            base = len(levels)
+        w = np.full(len(vals), 1.0 / len(vals)) if len(vals) else np.zeros(0)
+        for g in reversed(levels[:base]):  # the sparse finer keys, coarse to fine
+            if g is None or not len(g[0]):
+                continue
+            fine = self._rescaled(g, context)
+            if not len(vals):
+                vals, w = fine, np.full(len(fine), 1.0 / len(fine))
+                continue
+            k = self.prior_strength
+            vals = np.concatenate([fine, vals])
+            w = np.concatenate([np.ones(len(fine)), w * k]) / (len(fine) + k)
+        if not len(vals):
+            return np.asarray([float(context)]), np.asarray([1.0])
+        return vals, w
 
     def p_exceeds(
         self, outcome: str | None, turns_done: int, context: int, bound: int | None, call_start: bool = False
@@ -180,18 +206,23 @@ class RemainingWorkModel:
             return 0.0
         if context >= bound:
             return 1.0
-        f = self._finals(outcome, turns_done, context, call_start)
-        return float(np.mean(f >= bound))
+        f, w = self._finals(outcome, turns_done, context, call_start)
+        return float(np.sum(w * (f >= bound)))
 
     def remaining(self, outcome: str | None, turns_done: int, context: int, call_start: bool = False) -> float:
         """Expected tokens still to come (generation and tool returns) given the state."""
-        return float(np.mean(self._finals(outcome, turns_done, context, call_start)) - context)
+        f, w = self._finals(outcome, turns_done, context, call_start)
+        return float(np.sum(w * f) - context)
 
     def remaining_quantile(
         self, outcome: str | None, turns_done: int, context: int, q: float, call_start: bool = False
     ) -> float:
-        """A quantile of the remaining tokens given the state."""
-        return float(np.quantile(self._finals(outcome, turns_done, context, call_start), q) - context)
+        """A quantile of the remaining tokens given the state (of the weighted distribution)."""
+        f, w = self._finals(outcome, turns_done, context, call_start)
+        order = np.argsort(f, kind="stable")
+        cw = np.cumsum(w[order])
+        j = int(np.searchsorted(cw, q * cw[-1], side="left"))
+        return float(f[order][min(j, len(f) - 1)] - context)
 
     def expected_tool_latency(self, tool: str | None, default: float = 1.0) -> float:
         """Median latency of ``tool`` in past steps (``default`` when never seen)."""

@@ -84,16 +84,17 @@ class DecisionLog:
         """Trajectory id -> the bucket ``admit`` chose (it depends on the prompt only)."""
         return {d.obs.traj_id: int(d.result) for d in self.of("admit", step) if d.obs is not None}  # type: ignore[arg-type]
 
-    def routes(self, step: int | None = None) -> dict[tuple[str, int], tuple[int, int, bool]]:
-        """(trajectory id, turns done) -> (the bucket the trajectory was in, the bucket
-        ``on_tool_return`` chose, whether its KV moves): the routing decisions at tool calls,
-        keyed by what both backends observe the same way, without the timing-dependent fields."""
-        out: dict[tuple[str, int], tuple[int, int, bool]] = {}
+    def routes(self, step: int | None = None) -> dict[tuple[str, int, bool], tuple[int, int, bool]]:
+        """(trajectory id, turns done, at the call's start) -> (the bucket the trajectory was in,
+        the bucket ``on_tool_return`` chose, whether its KV moves): the routing decisions at tool
+        calls (at a call's start and again at its return), keyed by what both backends observe the
+        same way, without the timing-dependent fields."""
+        out: dict[tuple[str, int, bool], tuple[int, int, bool]] = {}
         for d in self.of("on_tool_return", step):
             assert d.obs is not None and isinstance(d.result, Route)
-            key = (d.obs.traj_id, d.obs.turns_done)
+            key = (d.obs.traj_id, d.obs.turns_done, d.obs.at_call_start)
             if key in out:
-                raise ValueError(f"trajectory {key[0]} was routed twice at turn {key[1]}")
+                raise ValueError(f"trajectory {key[0]} was routed twice at turn {key[1]} ({'start' if key[2] else 'return'})")
             out[key] = (-1 if d.obs.bucket is None else int(d.obs.bucket), int(d.result.bucket), bool(d.result.migrate))
         return out
 
@@ -108,11 +109,11 @@ class DecisionLog:
             out[d.obs.traj_id] = (d.obs.context_tokens, d.obs.turns_done, d.obs.last_tool, d.obs.last_outcome, d.obs.bucket)
         return out
 
-    def route_inputs(self, step: int | None = None) -> dict[tuple[str, int], tuple[Any, ...]]:
-        """(trajectory id, turns done) -> the observation fields a router decides from at a
-        tool call (context, tool, previous outcome, routing at call start), to tell a different
-        decision from a different observation."""
-        return {(d.obs.traj_id, d.obs.turns_done): (d.obs.context_tokens, d.obs.last_tool, d.obs.last_outcome, d.obs.at_call_start)
+    def route_inputs(self, step: int | None = None) -> dict[tuple[str, int, bool], tuple[Any, ...]]:
+        """(trajectory id, turns done, at the call's start) -> the observation fields a router
+        decides from at a tool call (context, tool, outcome: the previous call's at a start, the
+        call's own at a return), to tell a different decision from a different observation."""
+        return {(d.obs.traj_id, d.obs.turns_done, d.obs.at_call_start): (d.obs.context_tokens, d.obs.last_tool, d.obs.last_outcome)
                 for d in self.of("on_tool_return", step) if d.obs is not None}
 
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from libra.planner.plan import Plan
-from libra.scheduling.base import InstanceLoad, Route, Transfer, TrajectoryObservation, WorkConserving, least_loaded, place, steal
+from libra.scheduling.base import InstanceLoad, Route, Transfer, TrajectoryObservation, WorkConserving, least_loaded, place, steal, takes_guests
 from libra.scheduling.cmlfq import floor_bucket
 from libra.scheduling.history_model import RemainingWorkModel
 from libra.trace.columnar import StepArrays
@@ -229,7 +229,7 @@ class OracleRouter:
         roomy = [l for l in cands if l.room(ctx) > 0 and l.started]
         if not roomy and obs.instance is not None and any(l.instance == obs.instance and l.started for l in cands):
             return obs.instance  # nothing has room: wait where its KV is cached (as ``place``)
-        roomy = roomy or cands
+        roomy = [l for l in roomy if takes_guests(l, bucket)] or roomy or cands
         left = max(float(self._final[obs.index]) - ctx, 1.0)
 
         old = self._at.get(obs.index)

@@ -1,4 +1,4 @@
-"""``libra-sim convert --from swe-agent|openai-chat|verl INPUT -o FILE [--step N] [--tokenizer NAME]``.
+"""``libra-sim convert --from swe-agent|openai-chat|verl|sharegpt-react INPUT -o FILE [--step N] [--tokenizer NAME]``.
 
 Turns recorded agent runs into a trace, so the simulator can replay real workloads. What cannot
 be converted (a file, or ``FILE:LINE`` for the JSONL formats) is listed on stderr with the
@@ -23,7 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--from", dest="source", required=True, choices=SOURCES,
                         help="log format: swe-agent (SWE-agent *.traj, mini-swe-agent *.traj.json), openai-chat (JSONL, one "
-                             "conversation of OpenAI-format messages per line), verl (trainer.rollout_data_dir dumps, STEP.jsonl)")
+                             "conversation of OpenAI-format messages per line), verl (trainer.rollout_data_dir dumps, STEP.jsonl), "
+                             "sharegpt-react (JSONL of ReAct runs as ShareGPT 'conversations': AgentInstruct, FireAct)")
     parser.add_argument("input", metavar="FILE|DIR", help="a log file, or a directory searched recursively")
     parser.add_argument("-o", "--output", required=True, metavar="FILE",
                         help="trace to write (.jsonl or .jsonl.gz); never the input, nor a file inside an input folder")
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     """Convert, write the trace, and print what was converted and skipped."""
     from libra.errors import UserError
     from libra.paths import check_new_output_file
-    from libra.trace.convert import convert_openai_chat, convert_swe_agent, convert_verl
+    from libra.trace.convert import convert_openai_chat, convert_sharegpt, convert_swe_agent, convert_verl
 
     check_new_output_file(args.output, "-o", args.force, (args.input, *args.report))  # before reading a folder of logs
     if args.report and args.source != "swe-agent":
@@ -51,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         res = convert_swe_agent(args.input, args.output, step=args.step, tokenizer=args.tokenizer, reports=args.report)
     elif args.source == "openai-chat":
         res = convert_openai_chat(args.input, args.output, step=args.step, tokenizer=args.tokenizer)
+    elif args.source == "sharegpt-react":
+        res = convert_sharegpt(args.input, args.output, step=args.step, tokenizer=args.tokenizer)
     else:
         res = convert_verl(args.input, args.output, step=args.step, tokenizer=args.tokenizer)
     finishes = ", ".join(f"{k} {v}" for k, v in res.finish_counts.items())

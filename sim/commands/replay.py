@@ -65,6 +65,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket-bounds", default=None, metavar="N[,N...]",
                    help="pin every plan's rollout buckets at these context lengths, instances dealt round-robin "
                         "(libra.policies.pinned; libra-run's bucket_bounds key)")
+    p.add_argument("--layout", default=None, metavar="NxTP[@BOUND],...",
+                   help="pin every plan's rollout layout: per bucket N instances of TP TP for contexts below BOUND (one bucket "
+                        "without a bound: the longest), e.g. 8x1@2048,1x8; with --plan-split R:T on R devices, else on a "
+                        "time-shared plan's devices (libra.policies.pinned)")
     p.add_argument("--rollout-tp", type=_positive_int, default=None, help="pin the rollout TP (baselines)")
     p.add_argument("--train-tp", type=_positive_int, default=None, help="pin the training TP")
     p.add_argument("--train-pp", type=_positive_int, default=None, help="pin the training PP")
@@ -329,12 +333,15 @@ def run(args: argparse.Namespace) -> int:
     pins = {k: v for k, v in pins.items() if v is not None}
     plan_split = _parse_split(args.plan_split, "--plan-split")
     bounds = _parse_bounds(args.bucket_bounds)
-    if plan_split is not None or bounds:
-        from libra.policies.pinned import PlanPin
+    if plan_split is not None or bounds or args.layout:
+        from libra.policies.pinned import PlanPin, layout_gpus, parse_layout
 
         if plan_split is not None and sum(plan_split) > args.gpus:
             raise UserError(f"--plan-split {args.plan_split}: needs {sum(plan_split)} GPUs, --gpus is {args.gpus}")
-        pins["pin"] = PlanPin(plan_split, bounds or None, gpn)
+        layout = parse_layout(args.layout) if args.layout else None
+        if layout is not None and layout_gpus(layout) > args.gpus:
+            raise UserError(f"--layout {args.layout}: needs {layout_gpus(layout)} GPUs, --gpus is {args.gpus}")
+        pins["pin"] = PlanPin(plan_split, bounds or None, gpn, layout)
     from cost_models.errors import CostModelError
 
     results = []

@@ -77,6 +77,7 @@ def _run_episode(script: list[tuple[int, str | None, str | None, int]], max_tool
         ep.on_tool_result(ToolResult("y", outcome or "ok", 0.1), [7] * out_tokens, "y")
         if ep.done:
             break
+        spy.on_tool_return(ep.observation(0, 0, 0, 0.0))  # routed again at the return (issue 22)
     assert ep.done
     spy.on_finish(ep.observation(0, 0, 0, 0.0))
     return ep, spy
@@ -114,8 +115,11 @@ def _simulate(ep: Episode) -> _Spy:
 def test_call_start_observations_follow_the_simulator_rules() -> None:
     ep, spy = _run_episode(SCRIPT, max_tool_calls=4)
     kinds = [k for k, _ in spy.seen]
-    assert kinds == ["admit", "route", "route", "finish"]
-    admit, first, second, fin = (o for _, o in spy.seen)
+    assert kinds == ["admit", "route", "route", "route", "route", "finish"]
+    admit, first, first_ret, second, second_ret, fin = (o for _, o in spy.seen)
+    # at a return: the call's own outcome and the context with its output
+    assert _fields(first_ret) == (False, 1, "python", "error", PROMPT + 5 + 7, PROMPT)
+    assert _fields(second_ret) == (False, 2, "search", "ok", PROMPT + 5 + 7 + 4 + 3, PROMPT)
     assert _fields(admit) == (False, 0, None, None, PROMPT, PROMPT)
     # first call: the turn ending with it is counted, no previous outcome, context before the output
     assert _fields(first) == (True, 1, "python", None, PROMPT + 5, PROMPT)
@@ -128,7 +132,8 @@ def test_call_start_observations_follow_the_simulator_rules() -> None:
 def test_the_tool_limit_call_is_not_routed_and_finish_carries_its_outcome() -> None:
     ep, spy = _run_episode(SCRIPT[:2], max_tool_calls=2)
     assert ep.finish == "tool_limit"
-    assert [k for k, _ in spy.seen] == ["admit", "route", "finish"]
+    # the first call: routed at its start and at its return; the budget's last call: not at all
+    assert [k for k, _ in spy.seen] == ["admit", "route", "route", "finish"]
     fin = spy.seen[-1][1]
     assert _fields(fin) == (False, 2, "search", "ok", PROMPT + 5 + 7 + 4 + 3, PROMPT)
 

@@ -92,7 +92,7 @@ def test_streamed_run_overlaps_and_the_pool_lends_helpers(tmp_path) -> None:
     from libra.runtime.loop import Runner
 
     cfg = load_config(None, {"out": str(tmp_path / "run"), "steps": 1, "prompts_per_step": 4, "group_size": 3, "max_new_tokens": 40,
-                             "engine": "torch", "trainer": "torch", "devices": 4, "split": "3:1", "policy": "libra", "mini_batches": 4, "streaming": True,
+                             "engine": "torch", "trainer": "torch", "devices": 4, "split": "3:1", "policy": "libra-full", "mini_batches": 4, "streaming": True,
                              "replay": True, "eval_tasks": 0, "pool_grace_s": 0.0, "pool_payoff_factor": 0.0, "pool_min_tail_s": 1.0})
     s = Runner(cfg, log=lambda m: print(m, flush=True)).run()
     (r0,) = _rows(os.path.join(s["out"], "steps.csv"))

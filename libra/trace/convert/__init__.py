@@ -8,7 +8,9 @@ One loader per format, each in its own module, all ending in ``chat.run_to_traje
   (``openai_chat.py``);
 * ``convert_verl``: verl's rollout dumps (``trainer.rollout_data_dir``, one ``STEP.jsonl`` per
   step), split into turns at the Qwen/Hermes ``<tool_call>``/``<tool_response>`` markers
-  (``verl.py``).
+  (``verl.py``);
+* ``convert_sharegpt``: JSONL of ReAct-style runs in the ShareGPT ``conversations`` format
+  (AgentInstruct, FireAct's HotpotQA trajectories; ``sharegpt.py``).
 
 What cannot be converted is reported (``ConvertResult.skipped``: ``FILE`` or ``FILE:LINE`` and
 why), never dropped silently. Token counts are exact with the ``[tokenize]`` extra and marked
@@ -33,7 +35,7 @@ from libra.trace.tokens import get_counter
 from libra.trace.writer import write_trace
 
 #: Source formats ``libra-sim convert --from`` accepts.
-SOURCES: tuple[str, ...] = ("swe-agent", "openai-chat", "verl")
+SOURCES: tuple[str, ...] = ("swe-agent", "openai-chat", "verl", "sharegpt-react")
 
 
 @dataclass
@@ -231,3 +233,12 @@ def convert_verl(root: str | os.PathLike[str], output: str | os.PathLike[str], s
     from libra.trace.convert.verl import load_sample
 
     return _convert_lines("verl", "verl", root, output, step, tokenizer, load_sample)
+
+
+def convert_sharegpt(root: str | os.PathLike[str], output: str | os.PathLike[str], step: int = 0,
+                     tokenizer: str = "auto") -> ConvertResult:
+    """Convert JSONL ReAct runs in the ShareGPT ``conversations`` format (``sharegpt.py``) under
+    ``root`` (a file or a folder); ``step`` is the step of lines that name none."""
+    from libra.trace.convert.sharegpt import load_sharegpt
+
+    return _convert_lines("sharegpt-react", "agent", root, output, step, tokenizer, load_sharegpt)
