@@ -127,35 +127,28 @@ class Calibration:
                    stage_overheads=stages)
 
 
-_ENGINE_CACHE: dict[tuple[str, int, int], EngineOverhead | None] = {}
+_FILE_CACHE: dict[tuple[str, int, int], Calibration] = {}
+
+
+def _load_cached(path: str | os.PathLike[str]) -> Calibration:
+    """A calibration file, parsed once per file version (path, mtime, size): evaluators are built
+    often and the file does not change."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError:
+        raise CostModelError(f"{p}: calibration file not found") from None
+    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _FILE_CACHE:
+        _FILE_CACHE[key] = Calibration.load(p)
+    return _FILE_CACHE[key]
 
 
 def load_engine_overhead(path: str | os.PathLike[str]) -> EngineOverhead | None:
-    """The ``engine`` entry of a calibration file (None when it has none), cached per file
-    version (path, mtime, size): evaluators are built often and the file does not change."""
-    p = Path(path)
-    try:
-        st = p.stat()
-    except OSError:
-        raise CostModelError(f"{p}: calibration file not found") from None
-    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
-    if key not in _ENGINE_CACHE:
-        _ENGINE_CACHE[key] = Calibration.load(p).engine
-    return _ENGINE_CACHE[key]
-
-
-_STAGES_CACHE: dict[tuple[str, int, int], StageOverheads | None] = {}
+    """The ``engine`` entry of a calibration file (None when it has none), cached per file version."""
+    return _load_cached(path).engine
 
 
 def load_stage_overheads(path: str | os.PathLike[str]) -> StageOverheads | None:
-    """The ``stage_overheads`` entry of a calibration file (None when it has none), cached per
-    file version like ``load_engine_overhead``."""
-    p = Path(path)
-    try:
-        st = p.stat()
-    except OSError:
-        raise CostModelError(f"{p}: calibration file not found") from None
-    key = (str(p.resolve()), st.st_mtime_ns, st.st_size)
-    if key not in _STAGES_CACHE:
-        _STAGES_CACHE[key] = Calibration.load(p).stage_overheads
-    return _STAGES_CACHE[key]
+    """The ``stage_overheads`` entry of a calibration file (None when it has none), cached per file version."""
+    return _load_cached(path).stage_overheads

@@ -35,6 +35,22 @@ class SkipRun(Exception):
     """This file holds no convertible run (no model turn at all); the message says why."""
 
 
+def record_fields(rec: dict[str, Any], default_step: int, reward_keys: tuple[str, ...]) -> tuple[int, str | int | None, Any]:
+    """(step, group, reward) of one JSONL record, as every line-per-run converter reads them:
+    ``step`` an integer >= 0 (default ``default_step``), ``group`` a string or integer, the reward
+    the first present non-null key of ``reward_keys``, a number. Raises ``SkipRun`` naming the rule."""
+    step = rec.get("step", default_step)
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise SkipRun(f"step must be an integer >= 0, got {step!r}")
+    group = rec.get("group")
+    if group is not None and not isinstance(group, (str, int)):
+        raise SkipRun(f"group must be a string, got {group!r}")
+    reward = next((rec[k] for k in reward_keys if rec.get(k) is not None), None)
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float)) or reward != reward):
+        raise SkipRun(f"reward must be a number, got {reward!r}")
+    return step, group, reward
+
+
 @dataclass
 class Message:
     """One chat message. ``command`` is the action an assistant message asked for (None when

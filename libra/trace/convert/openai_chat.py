@@ -38,7 +38,7 @@ import hashlib
 import json
 from typing import Any
 
-from libra.trace.convert.chat import AgentRun, Message, SkipRun, content_text
+from libra.trace.convert.chat import AgentRun, Message, SkipRun, content_text, record_fields
 from libra.trace.convert.jsonl import Line
 from libra.trace.records import FINISHES, Finish
 
@@ -124,15 +124,7 @@ def load_conversation(line: Line, default_step: int) -> tuple[AgentRun, int, str
     msgs = rec.get("messages")
     if not isinstance(msgs, list) or not msgs:
         raise SkipRun("no 'messages' list (expected a JSON list of messages or an object with 'messages')")
-    step = rec.get("step", default_step)
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise SkipRun(f"step must be an integer >= 0, got {step!r}")
-    group = rec.get("group")
-    if group is not None and not isinstance(group, (str, int)):
-        raise SkipRun(f"group must be a string, got {group!r}")
-    reward = rec.get("reward", rec.get("score"))
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float)) or reward != reward):
-        raise SkipRun(f"reward must be a number, got {reward!r}")
+    step, group, reward = record_fields(rec, default_step, ("reward", "score"))
     finish = _finish(rec.get("finish", rec.get("finish_reason")))
     messages: list[Message] = []
     seen_assistant = False

@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from libra.trace.convert.chat import AgentRun, Message, SkipRun, content_text
+from libra.trace.convert.chat import AgentRun, Message, SkipRun, content_text, record_fields
 from libra.trace.convert.jsonl import Line
 from libra.trace.convert.openai_chat import _finish, _latency
 from libra.trace.convert.outcome import classify_outcome
@@ -95,15 +95,7 @@ def load_sharegpt(line: Line, default_step: int) -> tuple[AgentRun, int, str | N
     conv = rec.get("conversations", rec.get("conversation"))
     if not isinstance(conv, list) or not conv:
         raise SkipRun("no 'conversations' list (expected ShareGPT messages {\"from\": ..., \"value\": ...})")
-    step = rec.get("step", default_step)
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise SkipRun(f"step must be an integer >= 0, got {step!r}")
-    group = rec.get("group")
-    if group is not None and not isinstance(group, (str, int)):
-        raise SkipRun(f"group must be a string, got {group!r}")
-    reward = next((rec[k] for k in ("reward", "score", "em", "f1") if k in rec and rec[k] is not None), None)
-    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float)) or reward != reward):
-        raise SkipRun(f"reward must be a number, got {reward!r}")
+    step, group, reward = record_fields(rec, default_step, ("reward", "score", "em", "f1"))
     finish = _finish(rec.get("finish"))
     for k, m in enumerate(conv):
         if not isinstance(m, dict) or not isinstance(m.get("from", m.get("role")), str):
