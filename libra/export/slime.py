@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from libra.export.render import flags
-from libra.export.target import Capabilities, Emitted, ExportPlan, node_shape, pool_shapes
+from libra.export.target import Capabilities, Emitted, ExportPlan, plan_pools
 from libra.planner.plan import TrainConfig
 
 NAME = "slime"
@@ -34,13 +34,7 @@ def trainers(t: TrainConfig) -> tuple[str, TrainConfig]:
 
 def emit(x: ExportPlan) -> Emitted:
     p, t = x.plan, x.train
-    if p.colocated:
-        nodes, per_node = node_shape(p.n_train_gpus, x.gpus_per_node)
-    else:
-        shapes = pool_shapes(x.rollout_gpus, x.rollout_tp, p.n_train_gpus, x.rollout_gpus + p.n_train_gpus, x.gpus_per_node)
-        if shapes is None:  # fit.py re-plans such splits before they reach an emitter
-            raise ValueError(f"slime: no node pools for {x.rollout_gpus} rollout + {p.n_train_gpus} training GPUs")
-        nodes, per_node = shapes[1]
+    _, (nodes, per_node) = plan_pools(x, "slime")
     keys: dict[str, object] = {"--actor-num-nodes": nodes, "--actor-num-gpus-per-node": per_node}
     if p.colocated:
         keys["--colocate"] = True

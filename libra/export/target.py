@@ -80,6 +80,19 @@ class Emitted:
     notes: list[str] = field(default_factory=list)
 
 
+def plan_pools(x: "ExportPlan", framework: str) -> tuple[tuple[int, int] | None, tuple[int, int]]:
+    """``(rollout pool, training pool)`` as (nodes, GPUs per node) for the frameworks whose pools
+    are placement groups (verl, slime): a colocated plan has one pool, the training one (rollout
+    None); a split plan's come from ``pool_shapes`` (``fit.py`` re-plans splits that have none
+    before they reach an emitter, so None there is a bug, raised naming the framework)."""
+    p = x.plan
+    if p.colocated:
+        return None, node_shape(p.n_train_gpus, x.gpus_per_node)
+    shapes = pool_shapes(x.rollout_gpus, x.rollout_tp, p.n_train_gpus, x.rollout_gpus + p.n_train_gpus, x.gpus_per_node)
+    if shapes is None:
+        raise ValueError(f"{framework}: no node pools for {x.rollout_gpus} rollout + {p.n_train_gpus} training GPUs")
+    return shapes
+
 def node_shape(n_gpus: int, gpus_per_node: int) -> tuple[int, int]:
     """(nodes, GPUs per node) that make ``n_gpus`` as the frameworks' resource pools take them
     (``nnodes x n_gpus_per_node``): one node when it fits, whole nodes when ``n_gpus`` is a

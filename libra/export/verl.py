@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from libra.export.render import hydra
-from libra.export.target import Capabilities, Emitted, ExportPlan, node_shape, pool_shapes
+from libra.export.target import Capabilities, Emitted, ExportPlan, plan_pools
 from libra.planner.plan import TrainConfig
 
 NAME = "verl"
@@ -65,17 +65,11 @@ def emit(x: ExportPlan) -> Emitted:
         layout, module, base = "fully_async", "verl.experimental.fully_async_policy.fully_async_main", "fully_async_ppo_trainer"
     config = base.replace("_trainer", "_megatron_trainer") if mega else base
     keys: dict[str, object] = {}
-    if p.colocated:
-        tn, tg = node_shape(p.n_train_gpus, x.gpus_per_node)
-    else:
-        shapes = pool_shapes(x.rollout_gpus, x.rollout_tp, p.n_train_gpus, x.rollout_gpus + p.n_train_gpus, x.gpus_per_node)
-        if shapes is None:  # fit.py re-plans such splits before they reach an emitter
-            raise ValueError(f"verl: no node pools for {x.rollout_gpus} rollout + {p.n_train_gpus} training GPUs")
-        (rn, rg), (tn, tg) = shapes
+    rollout_pool, (tn, tg) = plan_pools(x, "verl")
     keys["trainer.nnodes"], keys["trainer.n_gpus_per_node"] = tn, tg
     keys["actor_rollout_ref.hybrid_engine"] = p.colocated
-    if not p.colocated:
-        keys["rollout.nnodes"], keys["rollout.n_gpus_per_node"] = rn, rg
+    if rollout_pool is not None:
+        keys["rollout.nnodes"], keys["rollout.n_gpus_per_node"] = rollout_pool
     keys["actor_rollout_ref.rollout.tensor_model_parallel_size"] = x.rollout_tp
     keys["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] = t.micro_batch
     # the log-prob forwards (old policy on the rollout workers' trainer side, reference model): verl wants
