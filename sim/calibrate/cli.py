@@ -12,7 +12,6 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from libra.errors import UserError
 
