@@ -255,7 +255,7 @@ class Check:
 
     def train_iter(self) -> None:
         torch = self.torch
-        from cost_models.training import TrainStrategy, train_flops
+        from cost_models.training import TrainStrategy, train_flops, train_iter_s
 
         names = list(self.models)[:-1] if not self.dry else list(self.models)  # the 8B's fp32 Adam state does not fit one GPU
         seq, seqs = (32, 2) if self.dry else (4096, 2)
@@ -277,7 +277,10 @@ class Check:
 
                 t = self.time_it(it, repeat=2 if not self.dry else 1, warmup=1)
                 tokens = seqs * seq
-                pred = float(ev.train_iter_s(TrainStrategy(1, 1, 1, micro_batch=1), tokens, seq))
+                # kernels only (factors 1): a bare torch iteration is not an RL framework's training
+                # pass, which the evaluator's default FRAMEWORK_COMPUTE_FACTOR / TRAIN_ATTENTION_FACTOR price
+                pred = float(train_iter_s(ev.ops, ev.gpu, ev.model, TrainStrategy(1, 1, 1, micro_batch=1), tokens, seq,
+                                          compute_factor=1.0, attn_factor=1.0))
                 mfu = train_flops(ev.model, tokens, seq) / t / ev.gpu.bf16_flops
                 self.add("train_iter", name, f"{seqs}x{seq} tokens, fwd+bwd+AdamW", t, pred, f"MFU {mfu:.1%}",
                          "fp32 master, bf16 autocast" if self.device.type == "cuda" else "fp32 (CPU)")
