@@ -144,7 +144,7 @@ def test_qwen3_235b_from_its_config_json_runs_tp4_pp8_ep16() -> None:
     layout published runs use: TP 4, PP 8 (uneven stages: 94 is not a multiple of 8), EP 16."""
     from pathlib import Path
 
-    cfg = str(Path(__file__).parent / "fixtures" / "qwen3-235b-a22b" / "config.json")
+    cfg = str(Path(__file__).parents[1] / "experiments" / "data" / "published_runs" / "models" / "qwen3-235b-a22b" / "config.json")
     cluster = ClusterSpec(192, "h100", cfg)
     big = load_costs("h100", cfg)
     s = make_step(0, 64, seed=6)
