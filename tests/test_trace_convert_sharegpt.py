@@ -75,3 +75,31 @@ def test_cli_converts_and_reports_skips(tmp_path: Path, capsys: pytest.CaptureFi
     rc = main(["convert", "--from", "sharegpt-react", str(SAMPLE), "-o", str(tmp_path / "r.jsonl")])
     cap = capsys.readouterr()
     assert rc == 0 and "wrote 5 trajectories" in cap.out and "hotpotqa_react.jsonl:6" in cap.err
+
+
+def test_fireact_messages_layout_and_runs_per_step(tmp_path: Path) -> None:
+    """FireAct's OpenAI fine-tuning layout (``messages`` with role/content, observations as user
+    messages) converts, and ``runs_per_step`` cuts the step-less runs into steps in file order while
+    a run that names its step keeps it."""
+    def run(q: str, step: int | None = None) -> str:
+        rec: dict = {"messages": [
+            {"role": "user", "content": q},
+            {"role": "assistant", "content": "Thought: search it.\nAction: search[" + q + "]"},
+            {"role": "user", "content": "Observation: something about " + q},
+            {"role": "assistant", "content": "Thought: done.\nAction: finish[x]"},
+            {"role": "user", "content": "Observation: Episode finished, reward = True"}]}
+        if step is not None:
+            rec["step"] = step
+        return json.dumps(rec)
+
+    src = tmp_path / "hotpotqa.jsonl"
+    src.write_text("\n".join([run("a"), run("b"), run("c", step=7), run("d"), run("e")]) + "\n")
+    res = convert_sharegpt(src, tmp_path / "t.jsonl", step=3, runs_per_step=2)
+    assert res.n_trajectories == 5 and not res.skipped
+    trajs = {t.group: t for t in read_trajectories(tmp_path / "t.jsonl")}
+    steps = sorted(t.step for t in trajs.values())
+    assert steps == [3, 3, 4, 4, 7]  # a, b -> 3; d, e -> 4; c names step 7
+    for t in trajs.values():
+        assert [turn.tool for turn in t.turns][:1] == ["search"] and t.finish == "stop"
+    with pytest.raises(Exception, match="runs-per-step"):
+        convert_sharegpt(src, tmp_path / "u.jsonl", runs_per_step=0)

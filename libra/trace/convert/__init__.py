@@ -160,17 +160,24 @@ def convert_swe_agent(
 
 
 def _convert_lines(source: str, workload: str, root: str | os.PathLike[str], output: str | os.PathLike[str], step: int,
-                   tokenizer: str, load: Any) -> ConvertResult:
+                   tokenizer: str, load: Any, runs_per_step: int | None = None) -> ConvertResult:
     """The JSONL converters' common path: every line of every file through ``load(line, step) ->
     (AgentRun, step, group key)``, then ``run_to_trajectory``. A line that cannot be converted is
     reported as ``FILE:LINE`` with the reason; a repeated id keeps the first and reports the
-    others. Groups: the log's own, else a digest of the prompt within the step."""
+    others. Groups: the log's own, else a digest of the prompt within the step.
+
+    ``runs_per_step`` N: the converted runs that name no step are cut, in file order, into steps
+    of N from ``step`` on (public agent logs are evaluation runs, not RL steps; this makes a
+    multi-step trace of them without editing the log)."""
     import hashlib
 
     from libra.trace.convert.jsonl import find_jsonl_files, read_lines
 
     if step < 0:
         raise UserError(f"--step must be >= 0, got {step}")
+    if runs_per_step is not None and runs_per_step < 1:
+        raise UserError(f"--runs-per-step must be >= 1, got {runs_per_step}")
+    unnamed = -1  # load()'s default step when cutting into steps: a step no line can name
     base = Path(root)
     files = find_jsonl_files(base, f"{source} JSONL")
     counter = get_counter(tokenizer)
@@ -179,11 +186,15 @@ def _convert_lines(source: str, workload: str, root: str | os.PathLike[str], out
     seen: dict[str, str] = {}
     models: set[str] = set()
     lines = 0
+    n_unnamed = 0  # converted runs that named no step (runs_per_step)
     for f in files:
         for line in read_lines(f):
             lines += 1
             try:
-                run, s, group = load(line, step)
+                run, s, group = load(line, step if runs_per_step is None else unnamed)
+                if s == unnamed and runs_per_step is not None:
+                    s = step + n_unnamed // runs_per_step
+                    n_unnamed += 1
                 if group is None or source == "verl":  # verl's group key is the prompt text
                     if group is None:  # the prompt: every message before the first model turn
                         first = next(i for i, m in enumerate(run.messages) if m.role == "assistant")
@@ -218,12 +229,13 @@ def _convert_lines(source: str, workload: str, root: str | os.PathLike[str], out
 
 
 def convert_openai_chat(root: str | os.PathLike[str], output: str | os.PathLike[str], step: int = 0,
-                        tokenizer: str = "auto") -> ConvertResult:
+                        tokenizer: str = "auto", runs_per_step: int | None = None) -> ConvertResult:
     """Convert JSONL conversations in the OpenAI messages format (``openai_chat.py``) under
-    ``root`` (a file or a folder); ``step`` is the step of lines that name none."""
+    ``root`` (a file or a folder); ``step`` is the step of lines that name none (the first step
+    when ``runs_per_step`` cuts them into steps)."""
     from libra.trace.convert.openai_chat import load_conversation
 
-    return _convert_lines("openai-chat", "agent", root, output, step, tokenizer, load_conversation)
+    return _convert_lines("openai-chat", "agent", root, output, step, tokenizer, load_conversation, runs_per_step)
 
 
 def convert_verl(root: str | os.PathLike[str], output: str | os.PathLike[str], step: int = 0, tokenizer: str = "auto") -> ConvertResult:
@@ -236,9 +248,10 @@ def convert_verl(root: str | os.PathLike[str], output: str | os.PathLike[str], s
 
 
 def convert_sharegpt(root: str | os.PathLike[str], output: str | os.PathLike[str], step: int = 0,
-                     tokenizer: str = "auto") -> ConvertResult:
+                     tokenizer: str = "auto", runs_per_step: int | None = None) -> ConvertResult:
     """Convert JSONL ReAct runs in the ShareGPT ``conversations`` format (``sharegpt.py``) under
-    ``root`` (a file or a folder); ``step`` is the step of lines that name none."""
+    ``root`` (a file or a folder); ``step`` is the step of lines that name none (the first step
+    when ``runs_per_step`` cuts them into steps)."""
     from libra.trace.convert.sharegpt import load_sharegpt
 
-    return _convert_lines("sharegpt-react", "agent", root, output, step, tokenizer, load_sharegpt)
+    return _convert_lines("sharegpt-react", "agent", root, output, step, tokenizer, load_sharegpt, runs_per_step)

@@ -39,8 +39,8 @@ def record_fields(rec: dict[str, Any], default_step: int, reward_keys: tuple[str
     """(step, group, reward) of one JSONL record, as every line-per-run converter reads them:
     ``step`` an integer >= 0 (default ``default_step``), ``group`` a string or integer, the reward
     the first present non-null key of ``reward_keys``, a number. Raises ``SkipRun`` naming the rule."""
-    step = rec.get("step", default_step)
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    step = rec.get("step", default_step)  # the default is the caller's (a converter may pass a marker)
+    if "step" in rec and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
         raise SkipRun(f"step must be an integer >= 0, got {step!r}")
     group = rec.get("group")
     if group is not None and not isinstance(group, (str, int)):

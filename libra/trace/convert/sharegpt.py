@@ -12,7 +12,9 @@ many RL frameworks store one run per JSON line as::
        {"from": "human", "value": "Observation 1: Arthur's Magazine (1844-1846) was an American literary periodical ..."},
        {"from": "gpt", "loss": true, "value": "Thought 2: ...\\nAction 2: Finish[Arthur's Magazine]"}]}
 
-(a bare JSON list of those messages is accepted too). Rules:
+(a bare JSON list of those messages is accepted too, and so is FireAct's OpenAI fine-tuning layout
+``{"messages": [{"role": "user", "content": ...}, {"role": "assistant", ...}, ...]}`` whose user
+messages after the first model turn are the ReAct observations). Rules:
 
 * ``from``: ``system`` and the ``human``/``user`` messages before the first model turn are the
   prompt; ``gpt``/``assistant``/``model`` messages are model turns; a ``human``/``user``/
@@ -92,9 +94,9 @@ def load_sharegpt(line: Line, default_step: int) -> tuple[AgentRun, int, str | N
         raise SkipRun(line.error)
     v = line.value
     rec: dict[str, Any] = {"conversations": v} if isinstance(v, list) else v if isinstance(v, dict) else {}
-    conv = rec.get("conversations", rec.get("conversation"))
+    conv = rec.get("conversations", rec.get("conversation", rec.get("messages")))
     if not isinstance(conv, list) or not conv:
-        raise SkipRun("no 'conversations' list (expected ShareGPT messages {\"from\": ..., \"value\": ...})")
+        raise SkipRun("no 'conversations' (or 'messages') list (expected ShareGPT messages {\"from\": ..., \"value\": ...})")
     step, group, reward = record_fields(rec, default_step, ("reward", "score", "em", "f1"))
     finish = _finish(rec.get("finish"))
     for k, m in enumerate(conv):
