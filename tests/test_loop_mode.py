@@ -66,6 +66,53 @@ def test_streaming_prediction_is_between_the_overlap_and_sync() -> None:
     assert streaming_step_s(50.0, 20.0, 1.0, np.array([]), 4) == step_time("sync", 50.0, 20.0, 1.0)
 
 
+def test_streaming_waits_for_whole_groups() -> None:
+    """Issue 22: a streamed mini-batch is cut from whole GRPO groups (the simulator's feed, GRPO's
+    advantage), so a trajectory's data is ready when its group's longest member finishes. Each
+    group of 4 here holds one long trajectory: every group completes at the rollout's end and
+    nothing overlaps, which the per-trajectory forecast (groups ignored) missed by 17%."""
+    finals = np.array([1000.0, 1000.0, 1000.0, 2000.0] * 8)
+    groups = np.repeat(np.arange(8), 4)
+    ready = np.array([finals[groups == g].max() for g in groups])
+    sync = step_time("sync", 50.0, 20.0, 1.0)
+    assert streaming_step_s(50.0, 20.0, 1.0, finals, 4, ready) == pytest.approx(sync)
+    assert streaming_step_s(50.0, 20.0, 1.0, finals, 4) < 0.85 * sync  # the old, per-trajectory forecast
+
+
+def test_stats_carry_each_trajectorys_group_completion() -> None:
+    """``WorkloadStats.group_final_context``: aligned with ``final_context``, each entry its
+    group's longest final length (never below its own)."""
+    from libra.planner.stats import compute_stats
+
+    hist = [make_step(s, 24, seed=7) for s in range(2)]
+    st = compute_stats(hist, hist[-1].prompt_tokens, window=2)
+    assert len(st.group_final_context) == len(st.final_context)
+    assert np.all(st.group_final_context >= st.final_context)
+    assert np.all(np.diff(st.final_context) >= 0)
+    longest = {(s.step, g): max(int(t) for t, gg in zip(s.total_tokens, s.groups) if gg == g) for s in hist for g in set(s.groups)}
+    assert sorted(st.group_final_context.tolist()) == sorted(longest[(s.step, g)] for s in hist for g in s.groups)
+
+
+def test_streamed_forecast_matches_the_simulators_feed() -> None:
+    """The planner's streamed step against the simulator running the same plan on the same step
+    (noise off): within 10% (the finish time of a group is modelled as linear in its length)."""
+    from libra.planner.stats import compute_stats
+
+    step = make_step(0, 64, seed=11, turns=(1, 6), gen=(5, 400))
+    cl = ClusterSpec(8, "a800", "qwen3-8b")
+    pol = POLICIES["libra"](cl, streaming=True)
+    plan = pol.plan(cl, [step], step.prompt_tokens)
+    assert plan.streaming and not plan.colocated
+    res = Simulator([step], FixedPolicy(plan), cl, load_costs("a800", "qwen3-8b"), SimConfig(noise_sigma=0.0, streaming=True)).run()
+    m = res.steps[0]
+    st = compute_stats([step], step.prompt_tokens, window=1)
+    train = m.forward_s + m.update_s + m.prep_s
+    pred = streaming_step_s(m.rollout_makespan_s, train, m.sync_s, st.final_context, 4, st.group_final_context)
+    old = streaming_step_s(m.rollout_makespan_s, train, m.sync_s, st.final_context, 4)
+    assert pred == pytest.approx(m.step_s, rel=0.10)
+    assert abs(pred - m.step_s) < abs(old - m.step_s)
+
+
 def test_split_plans_stream_when_on_policy(ev: CostEvaluator) -> None:
     """With the time-shared plan out of the way, the on-policy search streams a split plan: it
     predicts less than plain sync for the same split (training hides under the rollout's tail)."""

@@ -30,10 +30,11 @@ split or leaf is provably no better than the incumbent. For each visited ``n_tra
 
   - **sync**: ``rollout_s + train_s + sync_s``;
   - **sync + streaming** (``streaming_step_s``): mini-batch ``m`` of ``M`` (the simulator's
-    ``mini_batches``) trains once the first ``(m+1)/M`` of the trajectories have finished, each
-    costing its share of the step's trained tokens; trajectories are predicted to finish in
-    order of final length at ``rollout_s * length / longest`` (a batch drains at a roughly
-    constant per-token rate), from the statistics' pooled final lengths. The last mini-batch
+    ``mini_batches``) trains once whole GRPO groups holding the first ``(m+1)/M`` of the
+    trajectories have finished, each costing its share of the step's trained tokens; a group is
+    predicted to finish at ``rollout_s * its longest member's length / longest`` (a batch drains
+    at a roughly constant per-token rate), from the statistics' pooled final lengths and their
+    groups' longest (``WorkloadStats.group_final_context``). The last mini-batch
     waits for the rollout's end, so the step is ``rollout_s`` + the training tail after the
     last group + ``sync_s`` when training keeps up, and longer when it does not. Still
     on-policy (the rollout weights stay at the step's version until the sync);
@@ -136,13 +137,14 @@ def rollout_factors(sigma: float) -> np.ndarray:
 
 
 def expected_step_s(mode: LoopMode, streaming: bool, rollout_s: float, train_s: float, sync_s: float,
-                    final_context: np.ndarray, mini_batches: int, sigma: float = ROLLOUT_SIGMA) -> float:
+                    final_context: np.ndarray, mini_batches: int, sigma: float = ROLLOUT_SIGMA,
+                    ready_context: np.ndarray | None = None) -> float:
     """The step time of a loop averaged over an uncertain rollout (``ROLLOUT_SIGMA``): what the
     search ranks by. ``sigma`` 0 gives the prediction itself (``step_time``/``streaming_step_s``)."""
     out = []
     for r in rollout_s * rollout_factors(sigma):
         if streaming:
-            out.append(streaming_step_s(float(r), train_s, sync_s, final_context, mini_batches))
+            out.append(streaming_step_s(float(r), train_s, sync_s, final_context, mini_batches, ready_context))
         else:
             out.append(step_time(mode, float(r), train_s, sync_s))
     return float(np.mean(out))
@@ -306,26 +308,38 @@ def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float) -
     return rollout_s + train_s + sync_s
 
 
-def streaming_step_s(rollout_s: float, train_s: float, sync_s: float, final_context: np.ndarray, mini_batches: int) -> float:
-    """Predicted step of sync + streaming (see the module docstring): mini-batch ``m`` is ready
-    when the ``ceil((m+1) n / M)``-th shortest trajectory (by final length, the trained tokens
-    it carries) has finished, at ``rollout_s * its length / the longest``; the last one at
-    ``rollout_s``. It trains for its token share of ``train_s`` once it is ready and the
-    previous one is done. Without length statistics nothing overlaps (= sync)."""
-    fc = np.sort(np.asarray(final_context, dtype=np.float64))
+def streaming_step_s(rollout_s: float, train_s: float, sync_s: float, final_context: np.ndarray, mini_batches: int,
+                     ready_context: np.ndarray | None = None) -> float:
+    """Predicted step of sync + streaming (see the module docstring). A trajectory's data can be
+    trained once its GRPO group is complete: at ``rollout_s * ready / the longest``, where
+    ``ready`` is ``ready_context`` (its group's longest final length, aligned with
+    ``final_context``; None: its own length, i.e. no groups). Mini-batch ``m`` is ready when the
+    ``ceil((m+1) n / M)``-th trajectory in that order is, the last one at ``rollout_s``; it
+    trains for its trajectories' token share of ``train_s`` once it is ready and the previous one
+    is done. Without length statistics nothing overlaps (= sync).
+
+    Why groups: the simulator's feed (``sim.training.Feed``) and libra-run's streamed update cut
+    mini-batches from whole groups, as GRPO must (the advantage needs the group). Priced per
+    trajectory, the first of four mini-batches was forecast ready at 0.26-0.39 of the rollout
+    where the replay had its groups complete at 0.56-0.78 (search-drift, group 6, 32 A100;
+    SIMULATED), and the planner kept a streamed split 18% slower than the time-shared plan."""
+    fc = np.asarray(final_context, dtype=np.float64)
     m_total = max(1, int(mini_batches))
-    if len(fc) == 0 or m_total == 1 or fc[-1] <= 0:
+    if len(fc) == 0 or m_total == 1 or fc.max() <= 0:
         return rollout_s + train_s + sync_s
+    ready = fc if ready_context is None or len(ready_context) != len(fc) else np.maximum(np.asarray(ready_context, np.float64), fc)
+    order = np.lexsort((fc, ready))  # by when the data is ready, then by length
+    fc, ready = fc[order], ready[order]
     n = len(fc)
     cum = np.cumsum(fc)
     t = 0.0
     prev = 0.0
     for m in range(m_total):
         idx = min(n, -(-(m + 1) * n // m_total)) - 1
-        ready = rollout_s if m == m_total - 1 else rollout_s * fc[idx] / fc[-1]
+        at = rollout_s if m == m_total - 1 else rollout_s * ready[idx] / ready[-1]
         share = (cum[idx] - prev) / cum[-1]
         prev = cum[idx]
-        t = max(t, ready) + train_s * share
+        t = max(t, at) + train_s * share
     return t + sync_s
 
 
@@ -470,6 +484,7 @@ class Planner:
         loops = self.options.loop_modes()
         overlap = any(m == "async" or st for m, st in loops)  # a loop where training may hide under the rollout
         finals = stats.final_context
+        ready = stats.group_final_context  # when each trajectory's group is complete (streamed mini-batches)
         sigma = self.options.rollout_sigma
         factors = rollout_factors(sigma)
         correction = self.calibration.correction()  # measured factors per layout kind; how far splits' gains were overstated
@@ -493,10 +508,11 @@ class Planner:
             per_loop: dict[str, float] = {}
             for mode, streaming in loops:
                 if streaming:
-                    base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches)
+                    base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches, ready)
                 else:
                     base = step_time(mode, ro_s, train_s, sync)
-                robust = expected_step_s(mode, streaming, ro_s * split_margin, train_s, sync, finals, self.options.mini_batches, sigma)
+                robust = expected_step_s(mode, streaming, ro_s * split_margin, train_s, sync, finals, self.options.mini_batches, sigma,
+                                         ready)
                 if mode == "async" and left is not None:
                     # the pipeline's fill (``left`` above): R async steps from a standing start
                     # take about R x max(rollout, train + sync) + min(rollout, train + sync)

@@ -86,6 +86,10 @@ class WorkloadStats:
     tail_tool_s: np.ndarray  # [tails]
     tail_context: int  # the longest tail's final context
     final_context: np.ndarray  # pooled final lengths (history), sorted
+    #: for each entry of ``final_context``, the final length of the longest trajectory of its GRPO
+    #: group: when its group, and so its training data, is complete (the streamed loop trains on
+    #: whole groups; ``streaming_step_s``); a trajectory without a group (the prior) is its own.
+    group_final_context: np.ndarray
     mean_total_tokens: float
     mean_turns: float
     tool_latency_median_s: dict[str, float]
@@ -142,6 +146,19 @@ def _latencies(step: StepArrays) -> np.ndarray:
     return lat
 
 
+def group_longest(step: StepArrays) -> np.ndarray:
+    """Per trajectory, the final length of the longest trajectory of its GRPO group (a
+    trajectory without a group is its own): when its group's data is complete."""
+    out = step.total_tokens.astype(np.int64).copy()
+    by_group: dict[str, list[int]] = {}
+    for i, g in enumerate(step.groups):
+        if g is not None:
+            by_group.setdefault(g, []).append(i)
+    for rows in by_group.values():
+        out[rows] = out[rows].max()
+    return out
+
+
 def compute_stats(
     history: Sequence[StepArrays],
     prompt_tokens: np.ndarray | None,
@@ -174,6 +191,7 @@ def compute_stats(
     steps = list(history[-window:])
     n_next = int(len(prompt_tokens)) if prompt_tokens is not None and len(prompt_tokens) else int(np.mean([s.n for s in steps]))
     finals = np.concatenate([s.total_tokens for s in steps]).astype(np.int64)
+    group_finals = np.concatenate([group_longest(s) for s in steps]).astype(np.int64)
     if edges is None:
         edges = cell_edges(int(finals.max()) if len(finals) else 4096)
     n_cells = len(edges) - 1
@@ -279,7 +297,8 @@ def compute_stats(
         tail_prefill_tokens=tpre,
         tail_tool_s=tail_tool,
         tail_context=tail_ctx,
-        final_context=np.sort(finals),
+        final_context=finals[np.argsort(finals, kind="stable")],
+        group_final_context=group_finals[np.argsort(finals, kind="stable")],
         mean_total_tokens=float(finals.mean()) if len(finals) else 0.0,
         mean_turns=turns_total / max(n_hist, 1),
         tool_latency_median_s=medians,
