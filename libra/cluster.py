@@ -30,7 +30,9 @@ class ClusterSpec:
     tokens per trajectory, turns per trajectory; a trace header's keys), and ``workload``: its
     declared kind (``swe``, ``search``, ``math``; a trace header's ``workload``). Like
     ``max_context`` they shape the first step's length prior (``libra.planner.stats.PriorSpec``);
-    None: unknown.
+    None: unknown. ``group_size``: GRPO samples per prompt (a trace header's ``group_size``, a
+    run's configuration): the prior's trajectories come in groups of it, as a streamed update
+    trains on whole groups; None: unknown (each prior trajectory its own group).
     """
 
     n_gpus: int
@@ -43,6 +45,7 @@ class ClusterSpec:
     max_response_tokens: int | None = None
     max_turns: int | None = None
     workload: str | None = None
+    group_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_train_gpus is not None and self.max_train_gpus < 1:

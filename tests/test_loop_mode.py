@@ -254,3 +254,23 @@ def test_compare_several_classes_side_by_side(tmp_path: Path, capsys: pytest.Cap
     doc = json.loads(out.read_text())["policies"]
     assert set(doc) == {"verl-static-uniform K=0", "libra K=0", "verl-static-uniform K=1", "areal-static-optimal K=1", "libra K=1"}
     assert all(v["max_staleness"] == int(k[-1]) for k, v in doc.items())
+
+
+def test_first_step_prior_comes_in_declared_grpo_groups() -> None:
+    """Before any step ran, the planner knows the run's group size (a trace header's
+    ``group_size``, via ``cluster_limits``); the prior's trajectories come in such groups, so the
+    first streamed forecast waits for whole groups too. Without it each is its own group."""
+    from libra.planner.stats import PriorSpec, compute_stats
+    from libra.trace.limits import cluster_limits
+    from libra.trace.records import TraceHeader
+
+    kwargs, _ = cluster_limits(TraceHeader(workload="search", metadata={"group_size": 8, "params": {"max_context": 8192}}))
+    assert kwargs["group_size"] == 8 and kwargs["max_context"] == 8192
+    cl = ClusterSpec(16, "a800", "qwen3-8b", **kwargs)
+    prompts = np.full(64, 300)
+    grouped = compute_stats([], prompts, prior=PriorSpec.of(cl))
+    alone = compute_stats([], prompts, prior=PriorSpec.of(replace(cl, group_size=None)))
+    assert np.all(alone.group_final_context == alone.final_context)
+    assert np.mean(grouped.group_final_context > grouped.final_context) > 0.5
+    with pytest.raises(UserError, match="group_size"):
+        cluster_limits(TraceHeader(workload="search", metadata={"group_size": 0}))

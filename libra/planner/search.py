@@ -295,6 +295,42 @@ def choose(cands: Sequence[Candidate]) -> Candidate:
     return min(same, key=lambda c: (c.rollout_s, -c.n_train, c.rank()))
 
 
+def same_shape(c: Candidate, plan: Plan | None) -> bool:
+    """Whether candidate ``c`` runs ``plan``'s shape: the same split (or time-sharing), loop and
+    rollout TP degrees, i.e. the layout whose rollout was measured. The training strategy may
+    differ (its forecast is within a few percent; a re-shard is priced as a transition)."""
+    if plan is None or c.colocated != plan.colocated or c.n_train != plan.n_train_gpus:
+        return False
+    if c.mode != plan.mode or c.streaming != plan.streaming:
+        return False
+    return sorted(i.tp for i in c.rollout.instances) == sorted(i.tp for i in plan.instances)
+
+
+#: A change of plan must be forecast at least this much faster than keeping the plan in force
+#: (``stay_within_tolerance``): the spread of the rollout model's error between layouts.
+STAY_TOLERANCE = 0.05
+
+
+def stay_within_tolerance(best: Candidate, cands: Sequence[Candidate], current: Plan | None) -> Candidate:
+    """``best``, unless a candidate of the plan in force (``same_shape``) is within
+    ``STAY_TOLERANCE`` of its expected step: then that one (no change).
+
+    Why (the optimizer's curse): the plan in force is the one layout whose rollout forecast was
+    measured (the correction factors of ``observe`` are per layout kind, not per layout), and
+    among dozens of unmeasured alternatives the one with the best forecast is the one the model
+    most likely flatters: the model's error differs between layouts by 5-15% (bundled SWE on 48
+    A800: measured / predicted rollout 0.84 time-shared at TP 8, 1.26-1.46 on 28 GPUs at TP 4;
+    search-drift on 32 A100: 1.0 time-shared, 1.0-1.43 on a 12-GPU split). Without it the TP
+    and split flapped step to step on search-drift, 32 A100, K=0 (time-shared TP 8 -> TP 4 ->
+    a 12:20 streamed split -> time-shared with a 10 s transition), each move forecast 1-3%
+    faster and replayed 5-20% slower (SIMULATED)."""
+    if current is None or same_shape(best, current):
+        return best
+    top = min(c.rank()[0] for c in cands)
+    kept = [c for c in cands if same_shape(c, current) and c.rank()[0] <= top * (1.0 + STAY_TOLERANCE)]
+    return min(kept, key=Candidate.rank) if kept else best
+
+
 def loop_name(mode: str, streaming: bool) -> str:
     """``sync``, ``sync+streaming`` or ``async`` (the name reports and result rows use)."""
     return "async" if mode == "async" else ("sync+streaming" if streaming else "sync")
@@ -557,6 +593,13 @@ class Planner:
         # priced "stay" as a re-shard (30B-A3B on 64 B200: 6.7 s, where moving elsewhere cost 3.9 s
         # and was taken for a 1% forecast gain, SIMULATED)
         kept = self._kept(current, dp, seq_max)
+        if kept is not None and current is not None and current.colocated:
+            if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
+                c = self._colocated(dp, tokens, seq, seq_max, current, float("inf"), fixed, correction, amortize,
+                                    keep=(kept, current.train))
+                if c is not None:
+                    cands.append(c)
+            kept = None
         if kept is not None:
             c = price(current.n_train_gpus, current.train, self.tree_time(current.train, tokens, seq), kept)  # type: ignore[union-attr]
             if c is not None:
@@ -580,7 +623,7 @@ class Planner:
         last_tree = state["last_tree"]
         if not cands:
             raise UserError(self._why_nothing_fits(stats, seq_max, last_tree))
-        best = choose(cands)
+        best = stay_within_tolerance(choose(cands), cands, current)
         if len(best.rollout.layout.tps) > 1:  # its forecast gain, checked after the step ran (``observe``)
             best = replace(best, one_bucket_rollout_s=dp.best_one_bucket_s(best.rollout.n_gpus))
         return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped)
@@ -591,11 +634,15 @@ class Planner:
 
     def _kept(self, current: Plan | None, dp: RolloutDP, seq_max: int) -> RolloutChoice | None:
         """The in-force plan's rollout, re-predicted on the new statistics, when the plan can be
-        kept as it is: a split (not time-shared) plan whose training still fits in memory at
-        ``seq_max`` and whose layout still holds the expected contexts; else None."""
-        if current is None or current.colocated or not current.instances or not current.buckets:
+        kept as it is: a plan (split or time-shared on the whole cluster) whose training still
+        fits in memory at ``seq_max`` and whose layout still holds the expected contexts; else None."""
+        if current is None or not current.instances or not current.buckets:
             return None
-        if current.n_train_gpus < 1 or current.n_rollout_gpus + current.n_train_gpus != self.cluster.n_gpus:
+        if current.n_train_gpus < 1:
+            return None
+        if not current.colocated and current.n_rollout_gpus + current.n_train_gpus != self.cluster.n_gpus:
+            return None
+        if current.colocated and (current.n_rollout_gpus != self.cluster.n_gpus or current.n_train_gpus != self.cluster.train_gpu_cap):
             return None
         if current.n_train_gpus > self.cluster.train_gpu_cap:
             return None
@@ -611,18 +658,20 @@ class Planner:
         return dp.choice_for(layout, counts, current.instances, current.buckets, current.n_rollout_gpus)
 
     def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float,
-                   fixed: float = 0.0, correction: RolloutCorrection | None = None, amortize: float | None = None) -> Candidate | None:
+                   fixed: float = 0.0, correction: RolloutCorrection | None = None, amortize: float | None = None,
+                   keep: tuple[RolloutChoice, TrainConfig] | None = None) -> Candidate | None:
         """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
         all N (or on as many as the training backend can use, ``ClusterSpec.train_gpu_cap``; the
         rest wait), each GPU switching stage twice per step and the weights handed over through
         CUDA IPC (``StepCosts.colocated_overhead_s``: engine sleep + trainer onload, trainer
         offload + engine wake at the largest instance TP, the IPC sync), plus the per-sample
-        bookkeeping ``fixed``."""
+        bookkeeping ``fixed``. ``keep``: the in-force time-shared plan's rollout and training
+        strategy, priced as they are (the candidate of not changing)."""
         N = self.cluster.n_gpus
         n_train = self.cluster.train_gpu_cap
         amortize = self.options.amortize_steps if amortize is None else amortize
         correction = correction or RolloutCorrection()
-        ro = dp.best(N, correction.dp_scale)
+        ro = keep[0] if keep is not None else dp.best(N, correction.dp_scale)
         if ro is None:
             return None
         corr = correction.factor(len(ro.layout.tps))
@@ -630,15 +679,19 @@ class Planner:
         ro_robust = float(ro_s * correction.margin(len(ro.layout.tps)) * rollout_factors(self.options.rollout_sigma).mean())
         if ro_robust >= incumbent:
             return None
-        tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=incumbent - ro_robust - fixed)
-        if tree.best is None:
-            return None
-        switch = self.step_costs.colocated_overhead_s(tree.best, ro.instances)
-        trans = transition_s(self.step_costs, self.cluster, current, n_train, tree.best, ro.instances)
-        train_s = tree.best_time_s + fixed
+        if keep is not None:
+            cfg, train_time = keep[1], self.tree_time(keep[1], tokens, seq)
+        else:
+            tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=incumbent - ro_robust - fixed)
+            if tree.best is None:
+                return None
+            cfg, train_time = tree.best, tree.best_time_s
+        switch = self.step_costs.colocated_overhead_s(cfg, ro.instances)
+        trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances)
+        train_s = train_time + fixed
         base = ro_s + train_s + switch
         st = base + trans / amortize
-        return Candidate(n_train, tree.best, train_s, ro, switch, trans, st, colocated=True, mode_step_s={"sync": base},
+        return Candidate(n_train, cfg, train_s, ro, switch, trans, st, colocated=True, mode_step_s={"sync": base},
                          robust_s=ro_robust + train_s + switch + trans / amortize, rollout_factor=corr)
 
     def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:

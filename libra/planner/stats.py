@@ -333,12 +333,13 @@ class PriorSpec:
     max_response_tokens: int | None = None
     max_turns: int | None = None
     workload: str | None = None
+    group_size: int | None = None  # GRPO samples per prompt: the prior's trajectories come in groups of it
 
     @classmethod
     def of(cls, cluster: Any) -> PriorSpec:
         """The prior a ``ClusterSpec`` declares (fields it lacks count as unknown)."""
         return cls(getattr(cluster, "max_context", None), getattr(cluster, "max_response_tokens", None),
-                   getattr(cluster, "max_turns", None), getattr(cluster, "workload", None))
+                   getattr(cluster, "max_turns", None), getattr(cluster, "workload", None), getattr(cluster, "group_size", None))
 
 
 def _kind_step(n: int, spec: PriorSpec, seed: int) -> StepArrays | None:
@@ -360,8 +361,9 @@ def _kind_step(n: int, spec: PriorSpec, seed: int) -> StepArrays | None:
             over["prompt_median"] = min(p.prompt_median, float(over["prompt_max"]) / 2)
     if spec.max_turns is not None:
         over["max_turns"] = int(spec.max_turns)
+    g = spec.group_size if spec.group_size is not None and spec.group_size > 1 and n % spec.group_size == 0 else 1
     try:
-        return next(iter(generate_steps(p.replace(**over) if over else p, 1, n, 1, seed)))
+        return next(iter(generate_steps(p.replace(**over) if over else p, 1, n, g, seed)))
     except UserError:
         return None
 
@@ -425,6 +427,10 @@ def prior_step(n: int, prompt_tokens: np.ndarray | None = None, spec: PriorSpec 
     step = _kind_step(n, spec, seed)
     if step is None:
         step = default_prior_step(n, seed, cap=spec.max_context)
+    g = spec.group_size
+    if g is not None and g > 1 and not any(x is not None for x in step.groups):
+        # GRPO lays a batch out as consecutive groups of one prompt's samples
+        step = dataclasses.replace(step, groups=tuple(f"prior-g{i // g}" for i in range(step.n)))
     return _within(step, prompt_tokens, spec, stretch)
 
 

@@ -85,4 +85,7 @@ def cluster_limits(header: Any, max_context: int | None = None, where: str = "tr
     kind = getattr(header, "workload", None)
     if isinstance(kind, str) and kind:
         kwargs["workload"] = kind
+    group = (getattr(header, "metadata", None) or {}).get("group_size")  # GRPO samples per prompt (libra-sim gen writes it)
+    if group is not None:
+        kwargs["group_size"] = _positive_int(group, where, "group_size")
     return kwargs, text + (f"; workload {kind}" if "workload" in kwargs else "")
