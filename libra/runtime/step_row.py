@@ -43,7 +43,8 @@ def step_row(cfg: Any, step: int, plan: Plan, eps: list[Any], ro: Any, tr: dict[
         "migration_s": sum(m.measured_s for m in mig), "migration_pred_kv_s": sum(m.predicted_kv_s for m in mig),
         "migration_pred_prefill_s": sum(m.predicted_prefill_s for m in mig), "moves_without_kv": ro.moves_without_kv, "routed": ro.routed, "rerouted": ro.rerouted,
         "recovered": ro.recovered, "faults_unfired": len(ro.faults_unfired), "trainer_restarts": trainer_restarts, "lent": len(ro.lent), "loss": tr.get("loss", math.nan),
-        "clip_frac": tr.get("clip_frac", math.nan), "kl": tr.get("kl", math.nan), "predicted_rollout_s": plan.predicted_rollout_s,
+        "clip_frac": tr.get("clip_frac", math.nan), "kl": tr.get("kl", math.nan), "behav_weight": tr.get("behav_weight", math.nan),
+        "behav_truncated": tr.get("behav_truncated", math.nan), "predicted_rollout_s": plan.predicted_rollout_s,
         "predicted_train_s": plan.predicted_train_s, "predicted_step_s": plan.predicted_step_s,
     }
 
