@@ -6,8 +6,8 @@ decoupled-PPO loss pieces (``grpo``) and the per-turn versions an ``Episode`` re
 real runs on CPU workers (torch engine and trainer, the bundled tiny policy): K=1 for 3 steps on
 2 devices with a trainer rank killed mid-update and a rollout worker killed mid-rollout (every
 trajectory trained exactly once, none staler than K, versions recorded in ``steps.csv`` and the
-trace, the fidelity replay run with the same K), and an async step's decisions made alike by
-``libra-run`` and the simulator (``test_decisions_match``'s comparison, 2 async steps).
+trace, the fidelity replay run with the same K). That async steps make the same decisions in
+``libra-run`` and the simulator is ``test_decisions_match.py``'s second test.
 """
 
 from __future__ import annotations
@@ -228,46 +228,3 @@ def test_k1_run_trains_every_trajectory_once_within_the_bound_through_faults(tmp
     assert [int(r["step"]) for r in fid] == [0, 1, 2]
     assert all(r["measured_loop"] == r["sim_loop"] == "async" and float(r["sim_step_s"]) > 0 and float(r["measured_step_s"]) > 0
                for r in fid)
-
-
-#: ``test_decisions_match``'s step (forced buckets: routing decisions at tool calls), async, 2 steps
-RUN = dict(steps=2, prompts_per_step=4, group_size=3, max_new_tokens=20, max_context=36, max_tool_calls=2,
-           tasks={"math": 1, "math2": 1, "search": 1}, replay=False, eval_tasks=0, engine="torch", trainer="torch",
-           devices=3, split="2:1", bucket_bounds=[26], policy="libra-cmlfq", max_staleness=1)
-
-
-@needs_ray
-def test_async_steps_make_the_same_decisions_in_both_backends(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from libra.runtime.config import load_config
-    from libra.runtime.loop import Runner
-    from libra.runtime.policyglue import make_policy
-    from libra.scheduling.recorder import DecisionLog, recorded
-    from sim.costs import load_costs
-    from sim.loop import SimConfig, Simulator
-    from sim.replay import load_steps
-    from test_decisions_match import _shape
-
-    cfg = load_config(None, {"out": str(tmp_path / "run"), **RUN})
-    run = DecisionLog()
-    runner = Runner(cfg, log=lambda m: print(m, flush=True), decisions=run)
-    out = runner.run()["out"]
-    steps, _ = load_steps(os.path.join(out, "trace.jsonl"))
-    cluster = runner.cluster
-    costs = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, cfg.calibration, engine=cluster.engine)
-    policy = make_policy(cfg.policy, cluster, costs.ev, cfg.seed, cfg.kl_coef > 0, streaming=cfg.streaming, mini_batches=cfg.mini_batches,
-                         split=cfg.split_pair(), bucket_bounds=cfg.bucket_bounds, per_node=cfg.per_node, max_staleness=cfg.max_staleness)
-    replay = DecisionLog()
-    conf = SimConfig(noise_sigma=0.0, seed=cfg.seed, streaming=cfg.streaming, mini_batches=cfg.mini_batches, max_staleness=cfg.max_staleness)
-    res = Simulator(steps, recorded(policy, replay), cluster, costs, conf).run()
-    assert [m.mode for m in res.steps] == ["async", "async"]
-    assert [r["loop"] for r in _rows(os.path.join(out, "steps.csv"))] == ["async", "async"]
-    # each step planned with the same history (the steps whose rollout had finished: the plan of
-    # step 1 is made while step 0 still trains, in both backends), the same plan
-    assert [(p.history_steps, p.n_prompts) for p in run.planned] == [(p.history_steps, p.n_prompts) for p in replay.planned] == [(0, 12), (1, 12)]
-    for a, b in zip(run.planned, replay.planned):
-        assert _shape(a.plan) == _shape(b.plan) and a.plan.mode == "async" and a.plan.max_staleness == 1
-    for j in (0, 1):
-        assert run.admissions(j) == replay.admissions(j) and len(run.admissions(j)) == 12
-        assert run.route_inputs(j) == replay.route_inputs(j) and run.routes(j) == replay.routes(j)
-        assert run.finishes(j) == replay.finishes(j)
-    assert len(run.routes(0)) + len(run.routes(1)) >= 4
