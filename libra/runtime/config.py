@@ -331,6 +331,10 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     if cfg.device == "cpu" and cfg.devices > cores:
         out.append(f"devices {cfg.devices} exceeds the {cores} CPU cores here: the CPU workers share cores, so stage times "
                    f"measure contention, not the plan")
+    if cfg.max_staleness > 0 and cfg.checkpoint_every != 1:
+        out.append(f"max_staleness {cfg.max_staleness} with checkpoint_every {cfg.checkpoint_every}: an asynchronous step whose "
+                   f"trainer worker dies can only be redone from the previous step's checkpoint (checkpoint_every 1); "
+                   f"without it the run stops")
     return out
 
 

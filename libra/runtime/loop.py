@@ -291,11 +291,11 @@ class Runner:
         bound = f", staleness {k} of K={cfg.max_staleness}" if k else ""
         self.log(f"step {step} ({step + 1}/{cfg.steps}) plan ({cfg.policy}): {describe_plan(plan, len(self.history))}; "
                  f"loop {loop}{bound} ({whose})")
-        if self.pipeline is not None and self.pipeline.busy:
+        if self.pipeline is not None:
             from libra.runtime.policyglue import plan_shape
 
             if k == 0 or plan_shape(plan) != actors.shape:  # on-policy, or new actors: the updates in flight first
-                self._drain(t_run)
+                self._drain(t_run)  # (and their rows, so steps.csv stays in step order)
         setup_s = actors.place(plan)
         self._check_stop()
         # planners give the torch trainer one device (ClusterSpec.max_train_gpus); a pinned split may still give more

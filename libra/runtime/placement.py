@@ -151,10 +151,10 @@ class Actors:
         self.shape = shape
         return time.perf_counter() - t0
 
-    def restart_trainers(self, plan: Plan) -> float:
+    def restart_trainers(self, plan: Plan) -> int:
         """A trainer worker died (asynchronous loop): replace the trainer group alone, from the
-        last checkpoint, leaving the engines and the rollout on them running; seconds spent.
-        Returns after the new group has loaded the checkpoint (its ``step_done``)."""
+        last checkpoint, leaving the engines and the rollout on them running. Returns the
+        checkpoint's ``step_done`` (0: none) once the new group has loaded it."""
         import ray
         from ray.util.placement_group import remove_placement_group
 
@@ -162,7 +162,6 @@ class Actors:
 
         if plan.colocated or self.trainer_group is None:
             raise RuntimeError("restart_trainers is for split plans (a colocated plan's trainer shares the engines' group)")
-        t0 = time.perf_counter()
         for h in self.trainers:
             ray.kill(h)
         self.groups = [g for g in self.groups if g is not self.trainer_group]
@@ -172,10 +171,10 @@ class Actors:
         self.groups.append(self.trainer_group)
         self.trainers, ready = start_trainers(self.trainer_group, world, self.learner_opts(plan), self.use_gpu)
         ray.get(ready)
-        ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])
+        done = ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])[0]
         with self._lock:
             self.wgroup = None  # the NCCL broadcast group had the dead rank 0 in it
-        return time.perf_counter() - t0
+        return int(done)
 
     def kv_capacity(self, tp: int) -> int:
         try:

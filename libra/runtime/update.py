@@ -75,7 +75,14 @@ class Updater:
                 self.restarts += 1
                 self.log(f"a trainer worker died during step {step}; restarting the group from the last checkpoint")
                 if max_staleness is not None and not plan.colocated:
-                    self.actors.restart_trainers(plan)  # the engines keep running the next rollout
+                    done = self.actors.restart_trainers(plan)  # the engines keep running the next rollout
+                    if done != self.actors.version:
+                        # the checkpoint is not the update before this one (checkpoint_every > 1, or 0):
+                        # redoing this step from it would silently drop the updates in between
+                        raise RuntimeError(f"a trainer worker died during step {step}'s update and the newest checkpoint holds "
+                                           f"{done} step(s), the engines {self.actors.version}: the updates between are lost "
+                                           f"(checkpoint_every {self.cfg.checkpoint_every}; the async loop recovers a trainer "
+                                           f"only with checkpoint_every 1)")
                 else:
                     self.actors.shape = None
                     self.actors.place(plan, from_checkpoint_only=True)
