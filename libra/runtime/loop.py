@@ -391,6 +391,15 @@ class Runner:
             self.pipeline = TrainingPipeline(self.updater, self.actors, self._checkpoint, lambda: time.perf_counter() - t_run, self.log)
         self.pipeline.submit(TrainJob(step, info["plan"], samples, {e.traj_id: list(e.turn_versions) for e in eps}, info["k"]))
         self._pending[step] = info
+        # the trace as soon as the rollout ends: the update writes its checkpoint before the step's
+        # row is recorded, and a run stopped in between resumes from that checkpoint with the
+        # step's trajectories in its history (``resume`` cuts the trace back to the checkpoint)
+        from libra.runtime.recording import write_run_trace
+
+        cfg = self.cfg
+        pending = [t for s in sorted(self._pending) for t in self._pending[s]["trajs"]]
+        write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories + pending, self.model_dir, cfg.gpu_name, cfg.devices,
+                        cfg.policy, max_context=cfg.max_context)
         self._finalize_async(t_run)
 
     def _finalize_async(self, t_run: float) -> None:
@@ -451,6 +460,7 @@ class Runner:
             async_cols = {"train_start_s": float("nan"), "wait_s": 0.0, "async_overlap_s": 0.0, "async_step_s": float("nan")}
         self._last_end = end
         self.trajectories += info["trajs"]
+        pending = [t for s in sorted(self._pending) for t in self._pending[s]["trajs"]]  # async steps still training
         row = step_row(cfg, step, plan, eps, ro, tr, len(self.actors.trainers), self.updater.restarts, info["plan_s"], info["setup_s"],
                        sync_s, ck_s, float(step_s), info["rewards"], stream)
         row.update(loop=("async" if done is not None else ("sync+streaming" if stream is not None else "sync")), staleness_k=info["k"],
@@ -459,8 +469,8 @@ class Runner:
                    rollout_start_s=info["rollout_start"], rollout_end_s=info["rollout_end"], step_end_s=end, **async_cols)
         row["plan_from_prior"] = int(plan_from_prior(plan, step))
         self.rows.append(row)
-        write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories, self.model_dir, cfg.gpu_name, cfg.devices, cfg.policy,
-                        max_context=cfg.max_context)
+        write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories + pending, self.model_dir, cfg.gpu_name, cfg.devices,
+                        cfg.policy, max_context=cfg.max_context)
         write_steps_csv(os.path.join(self.out, "steps.csv"), self.rows)
         elapsed = time.perf_counter() - t_run
         # the ETA leaves out actor set-up (step 0's, ~10x a later step; re-placements are occasional)

@@ -184,6 +184,28 @@ def test_episode_records_each_turns_version_and_behaviour_logprobs() -> None:
     assert [t.policy_version for t in ep.to_trajectory().turns] == [4, 5]
 
 
+def test_resume_after_an_async_update_recorded_only_in_the_checkpoint(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An async run stopped after step 1's update wrote its checkpoint, before its row: the trace
+    (written as each rollout ends) still holds step 1, so the resumed run plans from it, and the
+    missing row is said, not silently skipped."""
+    from libra.runtime.recording import write_run_trace, write_steps_csv
+    from libra.runtime.resume import resume_records
+    from libra.trace.records import Trajectory, Turn
+
+    out, ckpt = tmp_path / "run", tmp_path / "run" / "ckpt"
+    ckpt.mkdir(parents=True)
+    (ckpt / "step000002.pt").write_bytes(b"")
+    trajs = [Trajectory(f"s{s}-p0-r{r}", s, 5, (Turn(3, None, policy_version=max(0, s - 1)),), f"s{s}-p0", 1.0, "stop")
+             for s in range(3) for r in range(2)]
+    write_run_trace(str(out / "trace.jsonl"), trajs, "tiny-policy", "cpu", 2, "libra")
+    write_steps_csv(str(out / "steps.csv"), [{"step": 0, "policy": "libra", "loop": "async", "staleness_max": 0}])
+    said: list[str] = []
+    got = resume_records(str(out), str(ckpt), said.append)
+    assert got.done == 2 and [h.step for h in got.history] == [0, 1] and len(got.trajectories) == 4
+    assert [r["step"] for r in got.rows] == [0] and got.rows[0]["loop"] == "async"
+    assert any("no row for step(s) 1" in m for m in said) and said[-1].startswith("resuming after step 1")
+
+
 # ---- real runs -----------------------------------------------------------------------------------
 SMALL = dict(prompts_per_step=3, group_size=4, max_new_tokens=40, eval_tasks=0, engine="torch", trainer="torch")
 
