@@ -269,8 +269,12 @@ class Learner:
 
         torch = self.torch
         if max_staleness is not None:
-            check_fresh(self.step_done, self.step_done, max_staleness, {s.traj_id or str(i): s.version for i, s in enumerate(samples)},
-                        allow_newer=True)
+            versions = {s.traj_id or str(i): s.version for i, s in enumerate(samples)}
+            if self.engine is not None:  # DeepSpeed: every rank decides on the group's oldest sample (no rank left in a collective)
+                t = torch.tensor([min(versions.values(), default=self.step_done)], device=self.device if self.device.type == "cuda" else "cpu")
+                torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
+                versions["(the oldest of the group's shards)"] = int(t.item())
+            check_fresh(self.step_done, self.step_done, max_staleness, versions, allow_newer=True)
         t0 = time.perf_counter()
         m = max(1, min(self.mini_batches, len(samples)))
         chunks = [list(samples[i::m]) for i in range(m)]
