@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 from libra.runtime.grpo import Sample, behaviour_targets, behaviour_weights, grpo_loss
@@ -142,6 +143,34 @@ def test_trainer_refuses_a_sample_staler_than_its_own_count() -> None:
     assert ln.step_done == 3  # refused before any optimizer step
     st = ln.train_step([Sample(ids, (0, 1, 1, 1, 1), 1.0, (0.0, -1.0, -1.0, -1.0, -1.0), version=2, traj_id="ok")], max_staleness=1)
     assert ln.step_done == 4 and st["version"] == 4.0 and 0 < st["behav_weight"] <= ln.behaviour_cap
+
+
+def test_behaviour_logprobs_of_the_proximal_policy_give_the_on_policy_update() -> None:
+    """Alignment check: a sample whose behaviour log-probs are the trainer's own (an engine on the
+    same weights) gets weight 1 on every token, so its update equals the on-policy one; a sample
+    whose behaviour policy made its tokens likelier gets weights < 1."""
+    import torch
+
+    from libra.runtime.grpo import token_logprobs
+    from libra.runtime.tiny_model import model_dir
+    from libra.runtime.trainer import Learner
+
+    ids = (1, 5, 6, 7, 2, 9, 4)
+    mask = (0, 0, 1, 1, 0, 1, 1)
+    a, b = (Learner(model_dir(None), lr=1e-2, mini_batches=1, seed=0) for _ in range(2))
+    with torch.no_grad():
+        lp = token_logprobs(a.model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0].tolist()
+    own = tuple([0.0] + [v if m else 0.0 for v, m in zip(lp, mask[1:])])
+    st = a.train_step([Sample(ids, mask, 1.0, own, version=0, traj_id="x")], max_staleness=1)
+    b.train_step([Sample(ids, mask, 1.0)])
+    assert st["behav_weight"] == pytest.approx(1.0, abs=1e-5) and st["behav_truncated"] == 0.0
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
+        assert torch.allclose(pa, pb, atol=1e-6)
+    with torch.no_grad():  # the proximal policy now: the weights after that update
+        lp = token_logprobs(a.model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0].tolist()
+    likelier = tuple([0.0] + [v + 0.5 if m else 0.0 for v, m in zip(lp, mask[1:])])
+    st2 = a.train_step([Sample(ids, mask, 1.0, likelier, version=1, traj_id="y")], max_staleness=1)
+    assert st2["behav_weight"] == pytest.approx(float(np.exp(-0.5)), rel=1e-4)
 
 
 # ---- decoupled PPO -------------------------------------------------------------------------------
