@@ -148,3 +148,19 @@ def test_written_trace_has_the_mode_open_would_give(tmp_path) -> None:
         assert (out.stat().st_mode & 0o777) == 0o644
     finally:
         os.umask(umask)
+
+
+def test_turn_policy_version_is_optional_and_round_trips(tmp_path: Path) -> None:
+    """``turns[].policy_version`` (issue 20: libra-run records which policy version generated each
+    turn) is written only when known, read back, and a bad value is a named rule."""
+    path = tmp_path / "v.jsonl"
+    t = Trajectory("a", 2, 5, (Turn(3, "python", 0.1, 4, "ok", policy_version=1), Turn(2, None, policy_version=2)), "g", 1.0, "stop")
+    plain = Trajectory("b", 2, 5, (Turn(3, None),), "g", 0.0, "stop")
+    write_trace(path, [t, plain])
+    text = path.read_text()
+    assert text.count('"policy_version"') == 2
+    assert read_trajectories(path) == [t, plain]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x", "step": 0, "prompt_tokens": 1, "turns": [{"gen_tokens": 1, "tool": null, "policy_version": -1}]}\n')
+    with pytest.raises(TraceError, match=r"field 'turns\[0\]\.policy_version': must be an integer >= 0 or null"):
+        read_trajectories(bad)

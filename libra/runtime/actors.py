@@ -64,17 +64,22 @@ class EngineActor:
         self.instance = instance
         self.engine = make_engine(kind, model_dir, **opts)
         self.helper: Any = None  # a GradHelper while lent to training
+        # the policy version of the weights it holds (``staleness``): 0 for the model folder's,
+        # set by every weight load; reported with each turn it generates
+        self.version = 0
 
     def generate(self, requests: list[Any]) -> list[Any]:
         """One engine call; every result carries the call's wall time in ``extra["call_s"]``
-        (the engine's busy time: a batched engine's per-request times overlap)."""
+        (the engine's busy time: a batched engine's per-request times overlap) and the policy
+        version it was generated with in ``extra["version"]`` (weights load between calls: an
+        actor runs one call at a time, so one call is one version)."""
         import time
         from dataclasses import replace
 
         t0 = time.perf_counter()
         outs = self.engine.generate(requests)
         call_s = time.perf_counter() - t0
-        return [replace(r, instance=self.instance, extra={**r.extra, "call_s": call_s}) for r in outs]
+        return [replace(r, instance=self.instance, extra={**r.extra, "call_s": call_s, "version": self.version}) for r in outs]
 
     def prefill(self, traj_id: str, context: tuple[int, ...]) -> tuple[int, float]:
         return self.engine.prefill(traj_id, context)
@@ -82,8 +87,12 @@ class EngineActor:
     def drop(self, traj_ids: list[str]) -> int:
         return self.engine.drop(traj_ids)
 
-    def load_state_dict(self, state: dict[str, Any]) -> float:
-        return self.engine.load_state_dict(state)
+    def load_state_dict(self, state: dict[str, Any], version: int | None = None) -> float:
+        """Load new weights (``version``: their policy version; None keeps the count)."""
+        secs = self.engine.load_state_dict(state)
+        if version is not None:
+            self.version = int(version)
+        return secs
 
     def sleep(self) -> int:
         """Release the engine's device memory for a colocated trainer (``wake`` undoes it)."""
@@ -103,9 +112,16 @@ class EngineActor:
         """vLLM on GPUs: this instance's workers join the trainer's NCCL broadcast group."""
         self.engine.join_weight_group(master, port, offset, world)
 
-    def receive_weights(self, meta: dict[str, list[Any]]) -> float:
+    def receive_weights(self, meta: dict[str, list[Any]], version: int | None = None) -> float:
         """vLLM on GPUs: receive the trainer's broadcast (blocks until it has arrived)."""
-        return self.engine.receive_weights(meta)
+        secs = self.engine.receive_weights(meta)
+        if version is not None:
+            self.version = int(version)
+        return secs
+
+    def weight_version(self) -> int:
+        """The policy version of the weights this engine holds."""
+        return self.version
 
     def cached_tokens(self) -> int:
         return self.engine.cached_tokens()
@@ -194,8 +210,8 @@ class TrainWorker:
                 "bf16": bool(getattr(ln, "bf16", False)), "zero_stage": getattr(ln, "zero_stage", None),
                 "frozen_partitioned": ln is not None and ln.ref is not None and ln.zero3_partitioned(ln.ref)}
 
-    def train_step(self, samples: list[Any], die_after: int | None = None) -> dict[str, float]:
-        return self.learner.train_step(samples, die_after)
+    def train_step(self, samples: list[Any], die_after: int | None = None, max_staleness: int | None = None) -> dict[str, float]:
+        return self.learner.train_step(samples, die_after, max_staleness)
 
     def begin_step(self) -> float:
         return self.learner.begin_step()

@@ -93,6 +93,10 @@ def _print_summary(summary: dict[str, Any], max_rows: int = 12) -> None:
             print(f"{int(r['step']):>4} {float(r['reward_mean']):>7.3f} {float(r['rollout_s']):>9.2f} {float(r['train_s']):>8.2f} "
                   f"{float(r['sync_s']):>7.2f} {float(r['step_s']):>7.2f} {float(r['gen_tok_s']):>9.0f} {int(float(r['migrations'])):>5} "
                   f"{int(float(r['n_rollout']))}:{int(float(r['n_train']))}")
+    a = summary.get("async")
+    if a:
+        print(f"async loop: {a['rolled_out']} trajectories rolled out, {a['trained']} trained (each once), {a['untrained']} untrained; "
+              f"largest staleness trained on {a['max_staleness_observed']} (max_staleness {a['max_staleness']})")
     fid = summary.get("fidelity") or []
     if fid:
         print(f"libra-sim replay of the run's trace, {fidelity_line(fid)} (per step: fidelity.csv, fidelity.png)")

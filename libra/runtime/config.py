@@ -49,8 +49,11 @@ KEYS: dict[str, tuple[Any, str]] = {
     "streaming": (None, "train each mini-batch as soon as its GRPO groups have finished, while the rollout tail runs (on-policy); "
                         "default: the plan's choice (Plan.streaming, the loop the policy priced fastest); true/false pins it, as "
                         "libra-sim replay --streaming/--no-streaming do; colocated plans never stream"),
-    "max_staleness": (0, "staleness the RL algorithm tolerates (the simulator's --max-staleness); libra-run runs on-policy loops "
-                         "only (sync, sync + streaming), so only 0 is accepted; libra-sim replay --max-staleness K prices asynchronous RL"),
+    "max_staleness": (0, "staleness class K the RL algorithm tolerates (the simulator's --max-staleness): 0 on-policy (sync, sync + "
+                         "streaming); K >= 1 lets the policy choose the asynchronous loop, whose rollout runs at most K policy versions "
+                         "behind the trainer (docs/runtime.md, 'The asynchronous loop')"),
+    "behaviour_weight_cap": (5.0, "async loop: the behaviour-policy importance weight of an off-policy token (decoupled PPO) is "
+                                  "truncated at this value"),
     "pool_grace_s": (None, "elastic pool: seconds an instance must have been idle before it is lent (default: the pool's, 1.0)"),
     "pool_min_tail_s": (None, "elastic pool: least remaining rollout it assumes while trajectories are unfinished (default: the pool's, 0)"),
     "pool_payoff_factor": (None, "elastic pool: lend only if remaining rollout > factor x role-change round trip (default: the pool's, 1.0)"),
@@ -106,6 +109,7 @@ class RunConfig:
     mini_batches: int = 2
     streaming: bool | None = None
     max_staleness: int = 0
+    behaviour_weight_cap: float = 5.0
     pool_grace_s: float | None = None
     pool_min_tail_s: float | None = None
     pool_payoff_factor: float | None = None
@@ -213,7 +217,8 @@ RANGES: dict[str, Range] = {
     "clip": Range(0, 1, lo_open=True),
     "kl_coef": Range(0),
     "mini_batches": _INT1,
-    "max_staleness": Range(0, integer=True),  # and only 0 runs: checked in _check with why
+    "max_staleness": Range(0, integer=True),
+    "behaviour_weight_cap": Range(1),  # below 1 it would shrink every on-policy token's weight too
     "pool_grace_s": Range(0),
     "pool_min_tail_s": Range(0),
     "pool_payoff_factor": Range(0),
@@ -262,10 +267,6 @@ def _check(cfg: RunConfig, src: str | dict[str, str]) -> RunConfig:
             raise bad(k, f"must be true or false, got {getattr(cfg, k)!r}")
     if cfg.streaming is not None and not isinstance(cfg.streaming, bool):
         raise bad("streaming", f"must be true, false or unset (unset: the plan's choice), got {cfg.streaming!r}")
-    if cfg.max_staleness != 0:  # the range check above already refused anything but an integer >= 0
-        raise bad("max_staleness", f"libra-run runs on-policy loops only (sync, sync + streaming: max_staleness 0); asynchronous RL "
-                                   f"(max_staleness {cfg.max_staleness}) is not implemented here, and libra-sim replay TRACE "
-                                   f"--max-staleness {cfg.max_staleness} prices it, got {cfg.max_staleness!r}")
     if cfg.devices_per_node is not None and cfg.devices_per_node > cfg.devices:
         raise bad("devices_per_node", f"must be <= devices ({cfg.devices}), got {cfg.devices_per_node}")
     if not isinstance(cfg.tasks, dict):
@@ -330,6 +331,10 @@ def config_warnings(cfg: RunConfig) -> list[str]:
     if cfg.device == "cpu" and cfg.devices > cores:
         out.append(f"devices {cfg.devices} exceeds the {cores} CPU cores here: the CPU workers share cores, so stage times "
                    f"measure contention, not the plan")
+    if cfg.max_staleness > 0 and cfg.checkpoint_every != 1:
+        out.append(f"max_staleness {cfg.max_staleness} with checkpoint_every {cfg.checkpoint_every}: an asynchronous step whose "
+                   f"trainer worker dies can only be redone from the previous step's checkpoint (checkpoint_every 1); "
+                   f"without it the run stops")
     return out
 
 

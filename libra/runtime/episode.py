@@ -43,11 +43,18 @@ class Episode:
     pending_call: ToolCall | None = None
     _gen_tokens: int = 0
     fmt: Any = None  # the chat format (chat_format.for_tokenizer); None: the tiny policy's protocol
+    # the engine's log-prob of each generated token (0.0 elsewhere), aligned with ``context``: the
+    # behaviour policy's, for the async loop's importance correction (``grpo``)
+    behaviour_logp: list[float] = field(default_factory=list)
+    # the policy version that generated each turn, in order (``staleness``; the engine reports it)
+    turn_versions: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.context:
             self.context = list(self.prompt_ids)
             self.gen_mask = [0] * len(self.prompt_ids)
+        if not self.behaviour_logp:
+            self.behaviour_logp = [0.0] * len(self.context)
 
     @property
     def done(self) -> bool:
@@ -62,6 +69,9 @@ class Episode:
         """Append a turn's tokens; the tool call to run now, or None when the trajectory ended."""
         self.context += res.tokens
         self.gen_mask += [1] * len(res.tokens)
+        lps = list(res.logprobs)
+        self.behaviour_logp += lps if len(lps) == len(res.tokens) else [0.0] * len(res.tokens)
+        self.turn_versions.append(int(res.extra.get("version", 0)))
         piece = decode(list(res.tokens))
         self.text += piece
         self._gen_tokens = len(res.tokens)
@@ -79,6 +89,7 @@ class Episode:
         assert self.pending_call is not None
         self.context += response_ids
         self.gen_mask += [0] * len(response_ids)
+        self.behaviour_logp += [0.0] * len(response_ids)
         self.text += response_text
         self.turns.append(Turn(self._gen_tokens, self.pending_call.name, round(result.latency_s, 6), len(response_ids), result.outcome))  # type: ignore[arg-type]
         self.pending_call = None
@@ -143,6 +154,18 @@ class Episode:
             self.turns.append(Turn(0, None))
         self.finish = "abort"
 
+    @property
+    def sample_version(self) -> int:
+        """The policy version of its oldest turn (``staleness.sample_version``)."""
+        from libra.runtime.staleness import sample_version
+
+        return sample_version(self.turn_versions)
+
     def to_trajectory(self) -> Trajectory:
-        """The trace record (measured tool latencies, exact token counts)."""
-        return Trajectory(self.traj_id, self.step, len(self.prompt_ids), tuple(self.turns), self.group, self.reward, self.finish)  # type: ignore[arg-type]
+        """The trace record (measured tool latencies, exact token counts, each turn's policy
+        version; an aborted trajectory's trailing turn without a generation has none)."""
+        from dataclasses import replace
+
+        turns = tuple(replace(t, policy_version=self.turn_versions[i]) if i < len(self.turn_versions) else t
+                      for i, t in enumerate(self.turns))
+        return Trajectory(self.traj_id, self.step, len(self.prompt_ids), turns, self.group, self.reward, self.finish)  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
 """The RL loop of ``libra-run``: plan, roll out, train, sync weights, checkpoint, record.
 
-Synchronous on-policy GRPO (staleness class 0: ``max_staleness`` >= 1 is refused when the
-configuration is read). Before each step the policy core plans the split of the devices
+GRPO within the staleness class ``max_staleness`` K the user allows (0: on-policy; the policy is
+built with it and chooses its loop within it, as in ``libra-sim --max-staleness K``). Before each step the policy core plans the split of the devices
 (``Policy.plan`` on the completed steps' measured trajectories; a user's pin of split/bucket
 bounds is part of that policy, ``libra.policies.pinned``); actors are (re)placed when the
 plan's shape changes; the rollout is routed by the policy's scheduler (``rollout``); the trainer
@@ -14,6 +14,16 @@ mini-batch trains as soon as its GRPO groups have finished (``streaming``), stil
 (the engines keep the step's weights until the sync after the last mini-batch). Training is
 then running while the rollout drains, so the elastic pool can lend idle instances, which join
 as gradient helpers (torch trainer; ``helper``).
+
+Asynchronous (a plan with ``mode == "async"``, staleness k <= K; never colocated): the update of
+step j runs on a background thread (``async_loop.TrainingPipeline``) while the driver plans and
+rolls out step j+1; the rollout of step j waits only until the engines hold the weights of step
+j-1-k's update (``staleness``), and later weights reach the engines between their calls while it
+runs (a trajectory continues on them; each turn records the version that generated it). The
+loss corrects for the off-policy samples with the engines' behaviour log-probs (decoupled PPO,
+``grpo``). A step's ``steps.csv`` row is written when its update is done (its sync, for the step
+time). A plan that is not async, or one that changes the actors' shape, first waits for the
+updates in flight.
 
 Faults: a rollout worker that dies mid-step is replaced and its trajectories continue elsewhere
 (``rollout``); a trainer worker that dies is replaced by a fresh group that resumes from the last
@@ -89,6 +99,9 @@ class Runner:
         self.rows: list[dict[str, Any]] = []
         self._warned_idle_train = False
         self._stop = False
+        self.pipeline: Any = None  # async_loop.TrainingPipeline, from the first async step on
+        self._pending: dict[int, dict[str, Any]] = {}  # async steps rolled out, their update not done yet
+        self._last_end = 0.0  # run clock: when the last recorded step's weights reached the engines
 
     def _engine_profile(self) -> str | None:
         """The engine profile the planner and the fidelity replay time rollouts with
@@ -190,7 +203,7 @@ class Runner:
         # plan it returns, the plan recorded and the plan executed are one object
         policy = recorded(make_policy(cfg.policy, self.cluster, self.ev, cfg.seed, cfg.kl_coef > 0, streaming=cfg.streaming,
                                       mini_batches=cfg.mini_batches, split=cfg.split_pair(), bucket_bounds=cfg.bucket_bounds,
-                                      per_node=cfg.per_node, run_steps=cfg.steps), self.decisions)
+                                      per_node=cfg.per_node, run_steps=cfg.steps, max_staleness=cfg.max_staleness), self.decisions)
         self.actors = Actors(cfg, self.model_dir, self.ckpt, self.ev, self.log)
         self.updater = Updater(cfg, self.actors, self.model_dir, self.log)
         t_run = time.perf_counter()
@@ -222,10 +235,13 @@ class Runner:
                     self.trajectories, self.history, self.rows = got.trajectories, got.history, got.rows
             for step in range(first, cfg.steps):
                 self._step(step, policy, t_run)
+            self._drain(t_run)
             actors = self.actors
             final_state = actors.final_state() if (cfg.eval_tasks and self.rows and actors.synced) else None
             self.log(pool_summary(*self._pool_counts, streaming=self._streamed_any, declined=self._declined))
-            summary = {"steps": len(self.rows), "wall_s": time.perf_counter() - t_run, "rows": self.rows, "out": self.out,
+            if self.pipeline is not None:
+                summary["async"] = self._async_summary()
+            summary = {**summary, "steps": len(self.rows), "wall_s": time.perf_counter() - t_run, "rows": self.rows, "out": self.out,
                        "engine": actors.engine_kind, "isolation": getattr(self, "isolation", None),
                        "pool": {**dict(zip(("steps", "steps_with_pool", "consulted", "consulted_training", "lent"), self._pool_counts)),
                                 "declined": self._declined, "streaming": self._streamed_any}}
@@ -237,6 +253,8 @@ class Runner:
             summary = {"interrupted": True, "steps": len(self.rows), "out": self.out}
         finally:
             try:
+                if self.pipeline is not None:
+                    self.pipeline.close()
                 self.actors.teardown()
             finally:
                 if ray.is_initialized():
@@ -247,13 +265,13 @@ class Runner:
         return summary
 
     def _step(self, step: int, policy: Any, t_run: float) -> None:
-        """One RL step: plan, (re)place actors, roll out (the update streamed into it, or after
-        it), checkpoint, record (trace, ``steps.csv``, the log line)."""
+        """One RL step: plan, (re)place actors, roll out (the update streamed into it, after it,
+        or, asynchronous, handed to the training pipeline), checkpoint, record (trace,
+        ``steps.csv``, the log line; an async step's when its update is done)."""
         from libra.runtime.grpo import Sample, group_advantages
-        from libra.runtime.policyglue import describe_plan, plan_from_prior
-        from libra.runtime.recording import progress, prune_checkpoints, write_run_trace, write_steps_csv
+        from libra.runtime.policyglue import describe_plan
         from libra.runtime.rollout import Rollout
-        from libra.runtime.step_row import step_done_line, step_row
+        from libra.runtime.staleness import StalenessError, required_version
         from libra.runtime.tiny_model import encode
         from libra.runtime.update import loop_name, streams
 
@@ -265,15 +283,19 @@ class Runner:
         eps = self._episodes(step)
         t0 = time.perf_counter()
         plan = policy.plan(self.cluster, list(self.history), np.array([len(e.prompt_ids) for e in eps], np.int64))
-        if plan.mode != "sync":  # the policy was built with staleness class 0 (make_policy): a core bug, not the user's
-            raise RuntimeError(f"policy {cfg.policy} planned a {plan.mode} loop (staleness {plan.max_staleness}) in staleness class 0; "
-                               f"libra-run runs on-policy loops only")
+        k = self._plan_staleness(plan)
         self.plan = plan
         plan_s = time.perf_counter() - t0
         loop = loop_name(plan, cfg.streaming)
-        whose = "the plan's" if cfg.streaming is None else f"pinned by streaming: {str(cfg.streaming).lower()}"
+        whose = "the plan's" if cfg.streaming is None or k else f"pinned by streaming: {str(cfg.streaming).lower()}"
+        bound = f", staleness {k} of K={cfg.max_staleness}" if k else ""
         self.log(f"step {step} ({step + 1}/{cfg.steps}) plan ({cfg.policy}): {describe_plan(plan, len(self.history))}; "
-                 f"loop {loop} ({whose})")
+                 f"loop {loop}{bound} ({whose})")
+        if self.pipeline is not None:
+            from libra.runtime.policyglue import plan_shape
+
+            if k == 0 or plan_shape(plan) != actors.shape:  # on-policy, or new actors: the updates in flight first
+                self._drain(t_run)  # (and their rows, so steps.csv stays in step order)
         setup_s = actors.place(plan)
         self._check_stop()
         # planners give the torch trainer one device (ClusterSpec.max_train_gpus); a pinned split may still give more
@@ -282,10 +304,20 @@ class Runner:
             how = f"split {cfg.split} gives" if cfg.split_pair() is not None else "the plan gives"
             self.log(f"{how} training {plan.n_train_gpus} devices (DP {plan.train.dp}); the torch trainer is one worker "
                      f"and uses 1, so {plan.n_train_gpus - 1} idle (trainer: deepspeed runs the plan's DP)")
+        wait_s = 0.0
+        if k:  # the rollout of this step may run on weights at most k versions old, never older
+            need = required_version(step, k)
+            if self.pipeline is not None:
+                wait_s = self.pipeline.wait_version(need, self._check_stop)
+            if actors.version < need:
+                raise StalenessError(f"step {step}: the engines hold version {actors.version}, the rollout needs >= {need} (K={k})")
+            self._finalize_async(t_run)
         sched = policy.scheduler(plan)
         pool = self._tune_pool(policy.pool(plan))
         kills = [(float(f.get("at_s", 1.0)), int(f.get("instance", 0))) for f in cfg.faults if f["kill"] == "rollout" and f["step"] == step]
         streamer = updater.streamer(len(eps), step) if streams(plan, cfg.streaming) else None
+        t_roll = time.perf_counter()
+        version_at_start = actors.version
         ro = Rollout(plan, actors.instances, self.tools, sched, decode, enc, ev=self.ev, pool=pool, max_batch=cfg.max_batch,
                      respawn=actors.respawn, faults=kills, training=streamer).run(eps)
         self._pool_counts = [a + b for a, b in zip(self._pool_counts, (1, pool is not None, ro.pool_consulted, ro.pool_consulted_training,
@@ -296,38 +328,154 @@ class Runner:
                      f"(it generated nothing after {at_s:g} s; the stage took {ro.makespan_s:.2f} s)")
         self._check_stop()
         rewards = [e.reward for e in eps]
+        # what this run measured of the step, for a policy that learns from it (libra.planner.feedback;
+        # libra-sim reports its simulated rollout the same way, as the rollout ends)
+        trajs = [e.to_trajectory() for e in eps]
+        self.history.append(StepArrays.from_trajectories(step, trajs))
+        observe = getattr(policy, "observe", None)
+        if observe is not None:
+            observe(StepOutcome(step, plan, self.history[-1], float(ro.makespan_s)))
+        info = {"plan": plan, "eps": eps, "ro": ro, "rewards": rewards, "trajs": trajs, "plan_s": plan_s, "setup_s": setup_s,
+                "t_step": t_step, "k": k, "wait_s": wait_s, "rollout_start": t_roll - t_run, "rollout_end": time.perf_counter() - t_run,
+                "version_at_start": version_at_start}
+        if k:
+            self._submit_async(step, info, t_run)
+            return
         stream = None
         if streamer is not None:
             self._streamed_any = True
             tr, sync_s, stream = updater.finish_streamed(plan, streamer, ro.makespan_s, step)
         else:
             adv = group_advantages(rewards, [e.group for e in eps])
-            samples = [Sample(tuple(e.context), tuple(e.gen_mask), float(a)) for e, a in zip(eps, adv)]
+            samples = [Sample(tuple(e.context), tuple(e.gen_mask), float(a), version=e.sample_version, traj_id=e.traj_id)
+                       for e, a in zip(eps, adv)]
             tr, sync_s = updater.train(plan, samples, step)
-        ck_s = 0.0
-        if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-            ck_s = actors.checkpoint()
-            prune_checkpoints(self.ckpt, cfg.keep_checkpoints)
-        trajs = [e.to_trajectory() for e in eps]
-        self.trajectories += trajs
-        self.history.append(StepArrays.from_trajectories(step, trajs))
-        # what this run measured of the step, for a policy that learns from it (libra.planner.feedback;
-        # libra-sim reports its simulated rollout the same way)
-        observe = getattr(policy, "observe", None)
-        if observe is not None:
-            observe(StepOutcome(step, plan, self.history[-1], float(ro.makespan_s)))
-        step_s = time.perf_counter() - t_step
-        row = step_row(cfg, step, plan, eps, ro, tr, len(actors.trainers), updater.restarts, plan_s, setup_s, sync_s, ck_s, step_s, rewards,
-                       stream)
-        row["plan_from_prior"] = int(plan_from_prior(plan, len(self.history) - 1))
+        ck_s = self._checkpoint(step)
+        self._record(step, info, tr, sync_s, ck_s, stream, time.perf_counter() - t_step, None, t_run)
+
+    def _plan_staleness(self, plan: Any) -> int:
+        """The staleness bound the step runs with: 0 for a sync plan, the plan's for an async one
+        (at least 1, at most the run's K). An async plan outside the class, or a colocated one, is
+        a core bug (the policy was built with K), not the user's."""
+        cfg = self.cfg
+        if plan.mode != "async":
+            return 0
+        k = max(1, int(plan.max_staleness))
+        if k > cfg.max_staleness:
+            raise RuntimeError(f"policy {cfg.policy} planned an async loop with staleness {k} in staleness class K={cfg.max_staleness}")
+        if plan.colocated:
+            raise RuntimeError(f"policy {cfg.policy} planned an async loop on a colocated plan (rollout and training share every device)")
+        return k
+
+    def _checkpoint(self, step: int) -> float:
+        """The trainer's checkpoint after ``step``'s update, when one is due; seconds."""
+        from libra.runtime.recording import prune_checkpoints
+
+        cfg = self.cfg
+        if not (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0):
+            return 0.0
+        ck_s = self.actors.checkpoint()
+        prune_checkpoints(self.ckpt, cfg.keep_checkpoints)
+        return ck_s
+
+    def _submit_async(self, step: int, info: dict[str, Any], t_run: float) -> None:
+        """Hand an async step's update to the training pipeline (started on first use)."""
+        from libra.runtime.async_loop import TrainingPipeline, TrainJob
+        from libra.runtime.grpo import Sample, group_advantages
+
+        eps = info["eps"]
+        adv = group_advantages(info["rewards"], [e.group for e in eps])
+        samples = [Sample(tuple(e.context), tuple(e.gen_mask), float(a), tuple(e.behaviour_logp), e.sample_version, e.traj_id)
+                   for e, a in zip(eps, adv)]
+        if self.pipeline is None:
+            self.pipeline = TrainingPipeline(self.updater, self.actors, self._checkpoint, lambda: time.perf_counter() - t_run, self.log)
+        self.pipeline.submit(TrainJob(step, info["plan"], samples, {e.traj_id: list(e.turn_versions) for e in eps}, info["k"]))
+        self._pending[step] = info
+        # the trace as soon as the rollout ends: the update writes its checkpoint before the step's
+        # row is recorded, and a run stopped in between resumes from that checkpoint with the
+        # step's trajectories in its history (``resume`` cuts the trace back to the checkpoint)
+        from libra.runtime.recording import write_run_trace
+
+        cfg = self.cfg
+        pending = [t for s in sorted(self._pending) for t in self._pending[s]["trajs"]]
+        write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories + pending, self.model_dir, cfg.gpu_name, cfg.devices,
+                        cfg.policy, max_context=cfg.max_context)
+        self._finalize_async(t_run)
+
+    def _finalize_async(self, t_run: float) -> None:
+        """Record the async steps whose update is done, in step order."""
+        if self.pipeline is None:
+            return
+        for done in self.pipeline.take_done():
+            info = self._pending.pop(done.step)
+            self._record(done.step, info, done.stats, done.sync_s, done.checkpoint_s, None, None, done, t_run)
+
+    def _drain(self, t_run: float) -> None:
+        """Wait for every update in flight (async) and record those steps."""
+        if self.pipeline is None:
+            return
+        self.pipeline.drain(self._check_stop)
+        self._finalize_async(t_run)
+        left = self.pipeline.ledger.untrained()
+        if left or self._pending:
+            raise RuntimeError(f"async loop: {len(left)} trajectory(ies) rolled out but never trained (e.g. {left[:3]}); "
+                               f"steps pending {sorted(self._pending)}")
+
+    def _async_summary(self) -> dict[str, Any]:
+        """What the run's async steps trained, for the summary (and tests): trajectories rolled
+        out and trained (each exactly once: the ledger refuses a second time), the largest
+        staleness trained on."""
+        led = self.pipeline.ledger
+        stale = [int(r["staleness_max"]) for r in self.rows if r.get("loop") == "async"]
+        return {"rolled_out": len(led.rolled_out), "trained": len(led.trained), "untrained": len(led.untrained()),
+                "max_staleness_observed": max(stale, default=0), "max_staleness": self.cfg.max_staleness}
+
+    def _record(self, step: int, info: dict[str, Any], tr: dict[str, float], sync_s: float, ck_s: float, stream: Any,
+                step_s: float | None, done: Any, t_run: float) -> None:
+        """A finished step's records: the trace, its ``steps.csv`` row, the log line. ``done``
+        (an async step's ``async_loop.TrainDone``): its step time is from the previous step's
+        end to its own (the simulator's ``step_s``)."""
+        from libra.runtime.policyglue import plan_from_prior
+        from libra.runtime.recording import progress, write_run_trace, write_steps_csv
+        from libra.runtime.staleness import version_stats
+        from libra.runtime.step_row import step_done_line, step_row
+
+        cfg, ro, plan, eps = self.cfg, info["ro"], info["plan"], info["eps"]
+        now = time.perf_counter() - t_run
+        if done is not None:
+            end = done.end_s
+            # the simulator's step time: from the previous step's end (the first: this step's start)
+            step_s = end - (self._last_end if self._last_end > 0 else info["t_step"] - t_run)
+            vs = done.versions
+            # what of its update ran while a later rollout did (the overlap the async loop buys)
+            later = [p for s, p in self._pending.items() if s > step]
+            overlap = sum(max(0.0, min(done.end_s, p["rollout_end"]) - max(done.start_s, p["rollout_start"])) for p in later)
+            # the interval the simulator prices (planning and placing actors are free there)
+            async_cols = {"train_start_s": done.start_s, "wait_s": info["wait_s"], "async_overlap_s": overlap,
+                          "async_step_s": end - max(self._last_end, info["rollout_start"])}
+        else:
+            end = now
+            # on-policy: the update trained the version the rollout started with
+            vs = version_stats(info["version_at_start"], [e.turn_versions for e in eps])
+            async_cols = {"train_start_s": float("nan"), "wait_s": 0.0, "async_overlap_s": 0.0, "async_step_s": float("nan")}
+        self._last_end = end
+        self.trajectories += info["trajs"]
+        pending = [t for s in sorted(self._pending) for t in self._pending[s]["trajs"]]  # async steps still training
+        row = step_row(cfg, step, plan, eps, ro, tr, len(self.actors.trainers), self.updater.restarts, info["plan_s"], info["setup_s"],
+                       sync_s, ck_s, float(step_s), info["rewards"], stream)
+        row.update(loop=("async" if done is not None else ("sync+streaming" if stream is not None else "sync")), staleness_k=info["k"],
+                   policy_version=vs.policy_version, sample_version_min=vs.sample_version_min, sample_version_max=vs.sample_version_max,
+                   staleness_max=vs.staleness_max, staleness_mean=vs.staleness_mean, mixed_version_trajs=vs.mixed_trajectories,
+                   rollout_start_s=info["rollout_start"], rollout_end_s=info["rollout_end"], step_end_s=end, **async_cols)
+        row["plan_from_prior"] = int(plan_from_prior(plan, step))
         self.rows.append(row)
-        write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories, self.model_dir, cfg.gpu_name, cfg.devices, cfg.policy,
-                        max_context=cfg.max_context)
+        write_run_trace(os.path.join(self.out, "trace.jsonl"), self.trajectories + pending, self.model_dir, cfg.gpu_name, cfg.devices,
+                        cfg.policy, max_context=cfg.max_context)
         write_steps_csv(os.path.join(self.out, "steps.csv"), self.rows)
         elapsed = time.perf_counter() - t_run
         # the ETA leaves out actor set-up (step 0's, ~10x a later step; re-placements are occasional)
         times = [float(r["step_s"]) - float(r.get("setup_s") or 0.0) for r in self.rows]
-        self.log(step_done_line(step, cfg.steps, row, ro, sync_s, setup_s, step_s, stream is not None,
+        self.log(step_done_line(step, cfg.steps, row, ro, sync_s, info["setup_s"], float(step_s), stream is not None,
                                 progress(elapsed, times, cfg.steps - step - 1)))
 
     def _report(self, summary: dict[str, Any], heldout: dict[str, Any], final_state: Any) -> None:
@@ -355,7 +503,8 @@ class Runner:
                                       self.model_cfg, cfg.policy, calibration=cfg.calibration, streaming=cfg.streaming,
                                       mini_batches=cfg.mini_batches, max_context=cfg.max_context,
                                       max_train_gpus=self._max_train_gpus(), engine_profile=self.engine_profile,
-                                      split=cfg.split_pair(), bucket_bounds=cfg.bucket_bounds, seed=cfg.seed, kl_coef=cfg.kl_coef)
+                                      split=cfg.split_pair(), bucket_bounds=cfg.bucket_bounds, seed=cfg.seed, kl_coef=cfg.kl_coef,
+                                      max_staleness=cfg.max_staleness)
                 summary["fidelity"] = fid
                 if fid:
                     plot_fidelity(self.out, fid)

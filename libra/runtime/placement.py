@@ -6,11 +6,18 @@ DeepSpeed, one for the torch trainer) in one ``PACK`` group; a colocated plan pu
 same devices at half a device each. ``place`` (re)creates them only when the plan's shape
 (``policyglue.plan_shape``) changes, checkpointing the trainer first so its state survives;
 ``respawn`` replaces a dead engine in its own group with the current weights; ``sync_weights``
-gathers the trainer's weights (every rank: ZeRO-3 gathers) and loads them into every engine.
+gathers the trainer's weights (every rank: ZeRO-3 gathers) and loads them into every engine,
+with their policy version (``version``: RL steps trained into them; ``staleness``).
+
+The asynchronous loop syncs from its training thread while the driver's rollout runs: a lock
+makes a sync and a respawn one after the other (a respawned engine either is in the sync's list
+or loads the new weights itself), and ``restart_trainers`` replaces a dead trainer group alone,
+leaving the engines (and the rollout on them) running.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -38,6 +45,9 @@ class Actors:
         self.asleep = False  # a colocated plan's engines released their GPU memory for training
         self.plan: Plan | None = None
         self.engine_kind: str | None = None  # set when engines are first started
+        self.version = 0  # the policy version the engines hold (RL steps trained into weights_ref)
+        self.trainer_group: Any = None  # the trainer workers' placement group (restart_trainers)
+        self._lock = threading.RLock()  # sync_weights vs respawn (the async loop syncs from its training thread)
 
     def engine_opts(self) -> dict[str, Any]:
         cfg = self.cfg
@@ -52,7 +62,8 @@ class Actors:
         cfg = self.cfg
         return {"model_dir": self.model_dir, "backend": cfg.trainer, "zero_stage": cfg.zero_stage or plan.train.zero_stage,
                 "lr": cfg.lr, "clip": cfg.clip, "kl_coef": cfg.kl_coef, "mini_batches": cfg.mini_batches,
-                "seed": cfg.seed, "device": cfg.device, "threads": cfg.threads}
+                "seed": cfg.seed, "device": cfg.device, "threads": cfg.threads, "temperature": cfg.temperature,
+                "behaviour_cap": cfg.behaviour_weight_cap}
 
     def train_world(self, plan: Plan) -> int:
         """Trainer workers: the plan's DP for DeepSpeed, one for the torch trainer."""
@@ -120,6 +131,9 @@ class Actors:
         if tpg is None:
             tpg = make_group(world, self.use_gpu, "PACK", frac)
             self.groups.append(tpg)
+            self.trainer_group = tpg
+        else:
+            self.trainer_group = None  # colocated: the roles share one group
         self.trainers, trainer_ready = start_trainers(tpg, world, self.learner_opts(plan), self.use_gpu, frac)
         try:
             ray.get([h.pid.remote() for h in self.engines.values()])
@@ -133,9 +147,34 @@ class Actors:
         ray.get(trainer_ready)
         done = ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])[0]
         if done or self.synced:
-            self.sync_weights()
+            self.sync_weights(done)
         self.shape = shape
         return time.perf_counter() - t0
+
+    def restart_trainers(self, plan: Plan) -> int:
+        """A trainer worker died (asynchronous loop): replace the trainer group alone, from the
+        last checkpoint, leaving the engines and the rollout on them running. Returns the
+        checkpoint's ``step_done`` (0: none) once the new group has loaded it."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        from libra.runtime.actors import make_group, start_trainers
+
+        if plan.colocated or self.trainer_group is None:
+            raise RuntimeError("restart_trainers is for split plans (a colocated plan's trainer shares the engines' group)")
+        for h in self.trainers:
+            ray.kill(h)
+        self.groups = [g for g in self.groups if g is not self.trainer_group]
+        remove_placement_group(self.trainer_group)
+        world = self.train_world(plan)
+        self.trainer_group = make_group(world, self.use_gpu, "PACK")
+        self.groups.append(self.trainer_group)
+        self.trainers, ready = start_trainers(self.trainer_group, world, self.learner_opts(plan), self.use_gpu)
+        ray.get(ready)
+        done = ray.get([w.load_checkpoint.remote(self.ckpt) for w in self.trainers])[0]
+        with self._lock:
+            self.wgroup = None  # the NCCL broadcast group had the dead rank 0 in it
+        return int(done)
 
     def kv_capacity(self, tp: int) -> int:
         try:
@@ -153,20 +192,27 @@ class Actors:
         pg, first = self.slots[inst.id]
         h = start_engine(pg, inst.id, self.engine_kind, self.model_dir, self.engine_opts(), self.use_gpu, inst.tp,
                          0.5 if self.plan.colocated else 1.0, first)
-        self.engines[inst.id] = h
-        if self.nccl_mode:  # a new member: rebuild the broadcast group around it and send the weights
-            self.wgroup = None
-            if self.synced:
-                self.sync_weights()
-        elif self.weights_ref is not None:
-            ray.get(h.load_state_dict.remote(self.weights_ref))
+        with self._lock:  # not between a sync's engine list and its loads (the async loop's training thread)
+            self.engines[inst.id] = h
+            if self.nccl_mode:  # a new member: rebuild the broadcast group around it and send the weights
+                self.wgroup = None
+                if self.synced:
+                    self.sync_weights(self.version)
+            elif self.weights_ref is not None:
+                ray.get(h.load_state_dict.remote(self.weights_ref, self.version))
         self.log(f"rollout instance {inst.id} died; replaced (pid {ray.get(h.pid.remote())}), its trajectories re-queued")
         return h
 
-    def sync_weights(self) -> float:
+    def sync_weights(self, version: int | None = None) -> float:
         """The trainer's weights into every engine; seconds spent. GPUs with vLLM: an NCCL
         broadcast from trainer rank 0 into every engine worker (``weight_broadcast``); otherwise
-        the state dict through the object store into each engine (a safetensors file for vLLM)."""
+        the state dict through the object store into each engine (a safetensors file for vLLM).
+        ``version``: the weights' policy version (None: one more than the engines had). An
+        engine that died meanwhile is skipped (the rollout respawns it with these weights)."""
+        with self._lock:
+            return self._sync_weights(self.version + 1 if version is None else int(version))
+
+    def _sync_weights(self, version: int) -> float:
         import ray
 
         t0 = time.perf_counter()
@@ -178,13 +224,18 @@ class Actors:
             self.nccl_mode = bool(self.use_gpu and self.engine_kind == "vllm" and self.engines and not colocated
                                   and all(ray.get([h.weight_sync_kind.remote() for h in self.engines.values()])))
         if self.nccl_mode:
-            self._broadcast()
+            self._broadcast(version)
             if self.cfg.trainer == "torch":  # lent gradient helpers load the step's weights from the object store
                 self.weights_ref = ray.put(ray.get(self.trainers[0].state_dict.remote()))
         else:
             states = ray.get([w.state_dict.remote() for w in self.trainers])  # every rank (ZeRO-3 gathers)
             self.weights_ref = ray.put(states[0])
-            ray.get([h.load_state_dict.remote(self.weights_ref) for h in self.engines.values()])
+            for ref in [h.load_state_dict.remote(self.weights_ref, version) for h in list(self.engines.values())]:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayActorError:
+                    pass  # died (a rollout fault): its replacement loads weights_ref (respawn)
+        self.version = version
         self.synced = True
         return time.perf_counter() - t0
 
@@ -206,7 +257,7 @@ class Actors:
             ray.get([h.wake.remote() for h in self.engines.values()])
             self.asleep = False
 
-    def _broadcast(self) -> None:
+    def _broadcast(self, version: int) -> None:
         """One NCCL broadcast of the policy; builds the group first when there is none."""
         import ray
 
@@ -221,7 +272,7 @@ class Actors:
             joins = [self.engines[i].join_weight_group.remote(master, port, off, world) for i, off in zip(ids, offsets)]
             self.wgroup = init = (master, port, world)
         meta = ray.get(self.trainers[0].weight_meta.remote())
-        recv = [self.engines[i].receive_weights.remote(meta) for i in ids]
+        recv = [self.engines[i].receive_weights.remote(meta, version) for i in ids]
         send = [w.broadcast_weights.remote(*(init if r == 0 else ())) for r, w in enumerate(self.trainers)]
         ray.get(joins + send + recv)
 

@@ -37,7 +37,7 @@ def check_policy(name: str) -> None:
 
 def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool, *, streaming: bool | None = None,
                 mini_batches: int = 4, split: tuple[int, int] | None = None, bucket_bounds: Sequence[int] | None = None,
-                per_node: int = 1, run_steps: int | None = None) -> Policy:
+                per_node: int = 1, run_steps: int | None = None, max_staleness: int = 0) -> Policy:
     """The named policy, sharing ``ev`` (the run's cost evaluator, so a baseline plans with the
     run's calibration too), with the run's loop options: ``streaming`` (None: the policy chooses
     whether a split plan streams, True/False: the user pinned it, as ``libra-sim --streaming``
@@ -45,10 +45,11 @@ def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool, *
     with), and the run's pin of ``split``/``bucket_bounds`` as part of the policy
     (``libra.policies.pinned``): the plan it returns is the pinned plan the run executes and
     records; ``run_steps`` the run's length (a plan change is amortized over at most the steps
-    left). The staleness class is 0 (libra-run's loops are on-policy)."""
+    left); ``max_staleness`` the staleness class K (0: on-policy loops only; K >= 1: the policy
+    may plan the asynchronous loop, with staleness <= K, as ``libra-sim --max-staleness K``)."""
     check_policy(name)
     pin = PlanPin(split, tuple(bucket_bounds) if bucket_bounds else None, per_node)
-    return resolve(name, cluster, PolicyOptions(ev=ev, seed=seed, kl=kl, max_staleness=0, streaming=streaming,
+    return resolve(name, cluster, PolicyOptions(ev=ev, seed=seed, kl=kl, max_staleness=int(max_staleness), streaming=streaming,
                                                 mini_batches=mini_batches, pin=pin, run_steps=run_steps))
 
 

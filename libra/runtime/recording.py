@@ -22,6 +22,10 @@ STEP_FIELDS: tuple[str, ...] = (
     "migrations", "migration_tokens", "migration_s", "migration_pred_kv_s", "migration_pred_prefill_s", "moves_without_kv", "routed", "rerouted", "recovered",
     "faults_unfired",
     "trainer_restarts", "plan_from_prior", "streaming", "train_overlap_s", "lent", "lend_declined", "helper_samples", "join_s", "loss", "clip_frac", "kl", "predicted_rollout_s", "predicted_train_s", "predicted_step_s",
+    # the loop and its policy versions (``staleness``; the async loop: docs/runtime.md)
+    "loop", "staleness_k", "policy_version", "sample_version_min", "sample_version_max", "staleness_max", "staleness_mean",
+    "mixed_version_trajs", "behav_weight", "behav_truncated", "rollout_start_s", "rollout_end_s", "train_start_s", "step_end_s", "wait_s",
+    "async_overlap_s", "async_step_s",
 )
 
 
@@ -272,7 +276,8 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
                     policy: str, timeout_s: float = 600, calibration: str | None = None, streaming: bool | None = False,
                     mini_batches: int = 1, max_context: int | None = None, max_train_gpus: int | None = None,
                     engine_profile: str | None = None, split: tuple[int, int] | None = None,
-                    bucket_bounds: Sequence[int] | None = None, seed: int | None = None, kl_coef: float = 0.0) -> list[dict[str, Any]]:
+                    bucket_bounds: Sequence[int] | None = None, seed: int | None = None, kl_coef: float = 0.0,
+                    max_staleness: int = 0) -> list[dict[str, Any]]:
     """Replay ``trace`` with ``libra-sim replay`` on the same devices and the same policy (no
     noise) and write ``fidelity.csv``: measured and simulated rollout/train/step seconds per step.
 
@@ -292,6 +297,13 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
     train_overlap_s + sync; a step the simulator streamed (its ``mode`` sync+streaming) is
     simulated as its critical path (training overlaps its rollout), else rollout + train + sync.
 
+    ``max_staleness`` (the run's staleness class K) goes on as ``--max-staleness``, so the
+    replayed policy may plan the same asynchronous loop. An async step (the run's ``loop``
+    column, the simulator's ``mode``) overlaps its update with the next rollout, so its step is
+    the time between the ends of consecutive steps' weight syncs on both sides: the run's
+    ``async_step_s`` (from its rollout's start for the first step: planning and placing actors
+    are free in the simulator) and the simulator's ``step_s``.
+
     ``max_train_gpus`` (1 for the torch trainer, a single worker) is passed on as
     ``--max-train-gpus``, so the replay's policy plans for the same training backend the run had.
     ``engine_profile`` (the run's ``engine_profile`` key) is passed on as ``--engine``, so the
@@ -310,6 +322,8 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
         cmd += ["--bucket-bounds", ",".join(str(int(b)) for b in bucket_bounds)]
     if seed is not None:
         cmd += ["--seed", str(int(seed))]
+    if max_staleness:
+        cmd += ["--max-staleness", str(int(max_staleness))]
     if kl_coef:
         cmd += ["--kl", repr(float(kl_coef))]
     if max_context:  # the run planned its first step with the prior scaled into its context cap
@@ -340,17 +354,23 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
         streamed = f(r.get("streaming", 0)) == 1  # the loop this step ran (a colocated step does not stream)
         overlap = f(r.get("train_overlap_s", 0.0)) if streamed else 0.0
         m_step = m_roll + m_train - (overlap if overlap == overlap else 0.0) + f(r["sync_s"])
+        m_loop = str(r.get("loop") or ("sync+streaming" if streamed else "sync"))
+        if m_loop == "async":  # between the ends of consecutive syncs (see the docstring)
+            m_step = f(r.get("async_step_s"))
         s_roll, s_train, s_sync = f(s["rollout_makespan_s"]), f(s["train_s"]), f(s["sync_s"])
         s_step = s_roll + s_train + s_sync
         sim_streamed = s.get("mode") == "sync+streaming"
         if sim_streamed:  # the simulated training overlapped its rollout: its critical path
             s_step = s_roll + s_sync + max(0.0, f(s["train_start_s"]) + s_train - f(s["rollout_start_s"]) - s_roll)
+        elif s.get("mode") == "async":
+            s_step = f(s["step_s"])
         out.append({"step": r["step"], "measured_rollout_s": m_roll, "sim_rollout_s": s_roll, "measured_train_s": m_train,
                     "sim_train_s": s_train, "measured_sync_s": f(r["sync_s"]), "sim_sync_s": s_sync, "measured_step_s": m_step,
                     "sim_step_s": s_step, "step_ratio_sim_over_measured": s_step / m_step if m_step > 0 else math.nan,
                     "sim_n_rollout": s.get("n_rollout_gpus"), "sim_n_train": s.get("n_train_gpus"),
                     "same_split": int(str(r.get("n_rollout")) == str(s.get("n_rollout_gpus")) and str(r.get("n_train")) == str(s.get("n_train_gpus"))),
-                    "measured_loop": "sync+streaming" if streamed else "sync", "sim_loop": s.get("mode", "")})
+                    "measured_loop": m_loop, "sim_loop": s.get("mode", ""), "measured_staleness_max": r.get("staleness_max", ""),
+                    "sim_staleness": s.get("staleness", "")})
     if out:
         with open(os.path.join(out_dir, "fidelity.csv"), "w", newline="", encoding="utf-8") as fh:
             w = csv.DictWriter(fh, fieldnames=list(out[0]))

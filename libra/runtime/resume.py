@@ -52,5 +52,9 @@ def resume_records(out: str, ckpt: str, log: Any) -> Resumed:
                 except ValueError:
                     pass
             r["step"] = int(r["step"])
+        missing = sorted(set(range(done)) - {r["step"] for r in got.rows})
+        if missing:  # an asynchronous run stopped after an update's checkpoint, before its row was written
+            log(f"resume: steps.csv has no row for step(s) {', '.join(map(str, missing))} (trained and checkpointed; the run "
+                f"stopped before recording them); their trajectories are in the trace")
     log(f"resuming after step {done - 1} (checkpoint {found[-1]})")
     return got

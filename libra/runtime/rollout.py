@@ -169,6 +169,14 @@ class Rollout:
     def _kill(self, inst: Instance) -> None:
         inst.alive = False
         self.res.dead_instances.append(inst.id)
+        alone = not any(i.alive and not i.lent for i in self.inst.values())
+        if alone and self.respawn is not None:
+            # the only instance (a 1-device rollout side): its work has nowhere else to go, so the
+            # replacement comes first and takes it (its KV is gone: the contexts are recomputed)
+            inst.handle = self.respawn(inst)
+            inst.alive = True
+            self._requeue_from(inst)
+            return
         self._requeue_from(inst)
         if self.respawn is not None:  # a fresh worker takes its place (weights from the driver)
             inst.handle = self.respawn(inst)

@@ -43,20 +43,29 @@ def step_row(cfg: Any, step: int, plan: Plan, eps: list[Any], ro: Any, tr: dict[
         "migration_s": sum(m.measured_s for m in mig), "migration_pred_kv_s": sum(m.predicted_kv_s for m in mig),
         "migration_pred_prefill_s": sum(m.predicted_prefill_s for m in mig), "moves_without_kv": ro.moves_without_kv, "routed": ro.routed, "rerouted": ro.rerouted,
         "recovered": ro.recovered, "faults_unfired": len(ro.faults_unfired), "trainer_restarts": trainer_restarts, "lent": len(ro.lent), "loss": tr.get("loss", math.nan),
-        "clip_frac": tr.get("clip_frac", math.nan), "kl": tr.get("kl", math.nan), "predicted_rollout_s": plan.predicted_rollout_s,
+        "clip_frac": tr.get("clip_frac", math.nan), "kl": tr.get("kl", math.nan), "behav_weight": tr.get("behav_weight", math.nan),
+        "behav_truncated": tr.get("behav_truncated", math.nan), "predicted_rollout_s": plan.predicted_rollout_s,
         "predicted_train_s": plan.predicted_train_s, "predicted_step_s": plan.predicted_step_s,
     }
 
 
 def step_done_line(step: int, steps: int, row: dict[str, Any], ro: Any, sync_s: float, setup_s: float, step_s: float, streamed: bool,
                    progress_text: str) -> str:
-    """The log line of a finished step: reward by kind, stage times, routing, lending."""
+    """The log line of a finished step: reward by kind, stage times, routing, lending; for an
+    asynchronous step the overlap with the next rollout and the policy versions it trained on."""
     lend = f", lent {row['lent']} (helper samples {row['helper_samples']})" if streamed else ""
+    if row.get("loop") == "async":
+        overlap = f"update, sync and checkpoint {row['async_overlap_s']:.1f} s beside the next rollout"
+        lend = (f"; trained at version {row['policy_version']} on samples of versions {row['sample_version_min']}-"
+                f"{row['sample_version_max']} (staleness {row['staleness_max']} of {row['staleness_k']}, "
+                f"{row['mixed_version_trajs']} trajectories across two versions)")
+    else:
+        overlap = f"{row['train_overlap_s']:.1f} s overlapping rollout"
     adm = " ".join(f"b{b}:{n}" for b, n in sorted(ro.admitted_by_bucket.items()))
     kinds = ", ".join(f"{k} {row['reward_' + k]:.2f}" for k in REWARD_KINDS if row["reward_" + k] == row["reward_" + k])
     return (f"step {step} ({step + 1}/{steps}) done ({progress_text}): "
             f"reward {row['reward_mean']:.3f} ({kinds}); rollout {row['rollout_s']:.1f} s, train {row['train_s']:.1f} s "
-            f"({row['train_overlap_s']:.1f} s overlapping rollout), sync {sync_s:.2f} s, step {step_s:.1f} s"
+            f"({overlap}), sync {sync_s:.2f} s, step {step_s:.1f} s"
             f"{f' (incl. {setup_s:.1f} s placing actors)' if setup_s >= 0.5 else ''}, "
             f"{row['gen_tok_s']:.0f} gen tok/s{lend}; routing: admitted {adm}, {ro.routed} decisions at tool calls "
             f"({ro.rerouted} to another bucket), migrations {row['migrations']}")

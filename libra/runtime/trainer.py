@@ -100,7 +100,7 @@ class Learner:
     def __init__(self, model_dir: str, backend: str = "torch", zero_stage: int = 2, lr: float = 1e-3, clip: float = 0.2,
                  kl_coef: float = 0.0, mini_batches: int = 2, seed: int = 0, rank: int = 0, world: int = 1,
                  device: str = "cpu", max_grad_norm: float = 1.0, threads: int | None = None, local_rank: int = 0,
-                 logprob_tokens: int = LOGPROB_TOKENS) -> None:
+                 logprob_tokens: int = LOGPROB_TOKENS, temperature: float = 1.0, behaviour_cap: float = 5.0) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
@@ -113,6 +113,10 @@ class Learner:
         self.backend = backend
         self.rank, self.world = rank, world
         self.clip, self.kl_coef, self.mini_batches, self.max_grad_norm = clip, kl_coef, mini_batches, max_grad_norm
+        # off-policy samples (async loop): the engines' sampling temperature, so the proximal
+        # policy's log-probs compare with the behaviour log-probs they returned, and the cap of
+        # the behaviour importance weight (``grpo.behaviour_weights``)
+        self.temperature, self.behaviour_cap = float(temperature), float(behaviour_cap)
         if device == "cuda":  # the GPU Ray showed this worker (rendezvous.local_rank; 0 with one GPU visible)
             torch.cuda.set_device(local_rank)
             self.device = torch.device("cuda", local_rank)
@@ -220,10 +224,10 @@ class Learner:
             loss.backward()
 
     # ---- training ----------------------------------------------------------------------------
-    def _forward_logp(self, ids: Any, attn: Any) -> Any:
+    def _forward_logp(self, ids: Any, attn: Any, temperature: float = 1.0) -> Any:
         net = self.engine if self.engine is not None else self.model
         with self._autocast():
-            return token_logprobs(net, ids, attn, self.logprob_tokens, self._micro_count(ids.shape[0], ids.shape[1]))
+            return token_logprobs(net, ids, attn, self.logprob_tokens, self._micro_count(ids.shape[0], ids.shape[1]), temperature)
 
     def _frozen_logp(self, model: Any, ids: Any, attn: Any) -> Any:
         """Log-probs under a frozen copy: rank-local micro-batches for a full copy, the ranks'
@@ -232,7 +236,7 @@ class Learner:
         with self.torch.no_grad(), self._autocast():
             return token_logprobs(model, ids, attn, self.logprob_tokens, count)
 
-    def _update(self, batch: tuple[Any, Any, Any, Any], old: Any, ref: Any, scale: float = 1.0) -> dict[str, float]:
+    def _update(self, batch: tuple[Any, Any, Any, Any], old: Any, ref: Any, scale: float = 1.0, weight: Any = None) -> dict[str, float]:
         """One optimizer step on ``batch``: gradients accumulated over micro-batches of at most
         ``logprob_tokens`` tokens (``grpo.accumulate_grpo``), clipped, applied."""
         torch = self.torch
@@ -242,7 +246,7 @@ class Learner:
             self.opt.zero_grad(set_to_none=True)
         with self._autocast():
             st, _ = accumulate_grpo(net, batch, old, ref, self.clip, self.kl_coef, lambda loss, last: self._backward(loss * scale, last),
-                                    self.logprob_tokens, self._micro_count(ids.shape[0], ids.shape[1]))
+                                    self.logprob_tokens, self._micro_count(ids.shape[0], ids.shape[1]), weight)
         if self.engine is not None:
             self.engine.step()
         else:
@@ -250,11 +254,27 @@ class Learner:
             self.opt.step()
         return st
 
-    def train_step(self, samples: Sequence[Sample], die_after: int | None = None) -> dict[str, float]:
+    def train_step(self, samples: Sequence[Sample], die_after: int | None = None, max_staleness: int | None = None) -> dict[str, float]:
         """One RL step on this worker's shard (every worker of a DeepSpeed group must call it
         with the same number of mini-batches: the driver gives each at least ``mini_batches``).
-        ``die_after``: fault injection, the process exits after that many optimizer steps."""
+        ``die_after``: fault injection, the process exits after that many optimizer steps.
+
+        ``max_staleness`` K (the async loop): refuse (``staleness.StalenessError``) a sample whose
+        version is older than this trainer's ``step_done - K``, before any optimizer step: the
+        driver checks the same rule, and this is the trainer's own count of its updates. Samples
+        with behaviour log-probs train with decoupled PPO (``grpo``): the old log-probs computed
+        here, before the first optimizer step, are the proximal policy's."""
+        from libra.runtime.grpo import behaviour_targets, behaviour_weights
+        from libra.runtime.staleness import check_fresh
+
         torch = self.torch
+        if max_staleness is not None:
+            versions = {s.traj_id or str(i): s.version for i, s in enumerate(samples)}
+            if self.engine is not None:  # DeepSpeed: every rank decides on the group's oldest sample (no rank left in a collective)
+                t = torch.tensor([min(versions.values(), default=self.step_done)], device=self.device if self.device.type == "cuda" else "cpu")
+                torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
+                versions["(the oldest of the group's shards)"] = int(t.item())
+            check_fresh(self.step_done, self.step_done, max_staleness, versions, allow_newer=True)
         t0 = time.perf_counter()
         m = max(1, min(self.mini_batches, len(samples)))
         chunks = [list(samples[i::m]) for i in range(m)]
@@ -262,12 +282,22 @@ class Learner:
         with torch.no_grad():
             old = [self._forward_logp(ids, attn) for ids, attn, _, _ in batches]
             ref = [self._frozen_logp(self.ref, ids, attn) for ids, attn, _, _ in batches] if self.ref is not None else [None] * m
+            weights: list[Any] = [None] * m
+            wstats: list[tuple[dict[str, float], int]] = []
+            for i, (c, batch) in enumerate(zip(chunks, batches)):
+                behav = behaviour_targets(c, batch[0].shape[1])
+                if behav is None:
+                    continue
+                ids, attn, mask = batch[0], batch[1], batch[2]
+                prox = old[i] if self.temperature == 1.0 else self._forward_logp(ids, attn, self.temperature)
+                weights[i], ws = behaviour_weights(prox, behav.to(self.device), mask, self.behaviour_cap)
+                wstats.append((ws, int(mask.sum())))
         t_fwd = time.perf_counter() - t0
         stats: dict[str, float] = {}
         tokens = 0
         done_mb = 0
-        for batch, o, r in zip(batches, old, ref):
-            st = self._update(batch, o, r)  # type: ignore[arg-type]
+        for batch, o, r, w in zip(batches, old, ref, weights):
+            st = self._update(batch, o, r, weight=w)  # type: ignore[arg-type]
             tokens += int(batch[1].sum())
             done_mb += 1
             if die_after is not None and done_mb >= die_after:
@@ -275,7 +305,12 @@ class Learner:
             for k, v in st.items():
                 stats[k] = stats.get(k, 0.0) + v / m
         self.step_done += 1
-        stats.update(train_s=time.perf_counter() - t0, logprob_s=t_fwd, tokens=float(tokens), samples=float(len(samples)), rank=float(self.rank))
+        if wstats:
+            from libra.runtime.grpo import merge_stats
+
+            stats.update(merge_stats(wstats))
+        stats.update(train_s=time.perf_counter() - t0, logprob_s=t_fwd, tokens=float(tokens), samples=float(len(samples)), rank=float(self.rank),
+                     version=float(self.step_done))
         return stats
 
     # ---- streaming: one mini-batch at a time -------------------------------------------------

@@ -6,7 +6,9 @@ and the new weights go to the engines. Streamed (``streamer`` then ``finish_stre
 (lending idle rollout instances as gradient helpers on the torch trainer), and the remaining
 mini-batches after it. Either way a trainer worker that dies brings the group back from the last
 checkpoint (``Actors.place(..., from_checkpoint_only=True)``) and the step's update is redone on
-the same driver-held samples; ``restarts`` counts those for ``steps.csv``.
+the same driver-held samples; ``restarts`` counts those for ``steps.csv``. In the asynchronous
+loop (``train`` with ``max_staleness``) the update runs while the next rollout does, so only the
+trainer group is replaced (``Actors.restart_trainers``): the engines keep generating.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ def streams(plan: Plan, pinned: bool | None) -> bool:
 
 
 def loop_name(plan: Plan, pinned: bool | None) -> str:
-    """The loop a step runs, by the simulator's names: ``sync`` or ``sync+streaming``."""
+    """The loop a step runs, by the simulator's names: ``sync``, ``sync+streaming`` or ``async``."""
+    if plan.mode == "async":
+        return "async"
     return "sync+streaming" if streams(plan, pinned) else "sync"
 
 
@@ -42,10 +46,12 @@ class Updater:
         self.restarts = 0  # trainer groups restarted from a checkpoint, over the run
         self._said_no_lend = False
 
-    def train(self, plan: Plan, samples: list[Any], step: int) -> tuple[dict[str, float], float]:
+    def train(self, plan: Plan, samples: list[Any], step: int, max_staleness: int | None = None) -> tuple[dict[str, float], float]:
         """Shard the samples over the trainer workers, update, and push the new weights to the
         engines. A worker that dies (during the update or the weight gather) brings the group
-        back from the last checkpoint and the step's update is redone. Returns (stats, sync_s)."""
+        back from the last checkpoint and the step's update is redone. Returns (stats, sync_s).
+        ``max_staleness`` (the async loop): each worker refuses samples staler than it allows
+        (``Learner.train_step``), and a dead worker replaces the trainer group alone."""
         import ray
 
         faults = [f for f in self.cfg.faults if f["kill"] == "trainer" and f["step"] == step]
@@ -59,16 +65,27 @@ class Updater:
             die = [None] * world
             if faults and attempt == 0:
                 die[-1] = 1
-            refs = [w.train_step.remote(s, d) for w, s, d in zip(trainers, shards, die)]
+            refs = [w.train_step.remote(s, d, max_staleness) for w, s, d in zip(trainers, shards, die)]
             try:
                 stats = ray.get(refs)
-                sync_s = self.actors.sync_weights()
+                # the weights' version: the trainer's count of its updates (RL steps trained)
+                sync_s = self.actors.sync_weights(int(stats[0]["version"]))
                 return {k: float(np.mean([s[k] for s in stats])) for k in stats[0]}, sync_s
             except ray.exceptions.RayActorError:
                 self.restarts += 1
                 self.log(f"a trainer worker died during step {step}; restarting the group from the last checkpoint")
-                self.actors.shape = None
-                self.actors.place(plan, from_checkpoint_only=True)
+                if max_staleness is not None and not plan.colocated:
+                    done = self.actors.restart_trainers(plan)  # the engines keep running the next rollout
+                    if done != self.actors.version:
+                        # the checkpoint is not the update before this one (checkpoint_every > 1, or 0):
+                        # redoing this step from it would silently drop the updates in between
+                        raise RuntimeError(f"a trainer worker died during step {step}'s update and the newest checkpoint holds "
+                                           f"{done} step(s), the engines {self.actors.version}: the updates between are lost "
+                                           f"(checkpoint_every {self.cfg.checkpoint_every}; the async loop recovers a trainer "
+                                           f"only with checkpoint_every 1)")
+                else:
+                    self.actors.shape = None
+                    self.actors.place(plan, from_checkpoint_only=True)
         raise RuntimeError(f"training of step {step} failed 3 times")
 
     def streamer(self, n_traj: int, step: int) -> Any:

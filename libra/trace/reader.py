@@ -267,10 +267,11 @@ class TraceSummary:
 
 def _to_turn(t: dict[str, Any]) -> Turn:
     tool = t["tool"]
+    ver = t.get("policy_version")
     if tool is None:
-        return Turn(t["gen_tokens"], None)
+        return Turn(t["gen_tokens"], None, policy_version=ver)
     lat = t.get("tool_latency_s")
-    return Turn(t["gen_tokens"], tool, None if lat is None else float(lat), t.get("tool_tokens", 0), t.get("outcome"))
+    return Turn(t["gen_tokens"], tool, None if lat is None else float(lat), t.get("tool_tokens", 0), t.get("outcome"), ver)
 
 
 def _to_trajectory(obj: dict[str, Any]) -> Trajectory:

@@ -30,6 +30,9 @@ class Turn:
     tool_latency_s: float | None = None
     tool_tokens: int = 0
     outcome: Outcome | None = None
+    #: the policy version (RL steps trained into the weights) that generated this turn, when the
+    #: recorder knows it (``libra-run``; an asynchronous run's turns may be older than their step)
+    policy_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -105,6 +105,7 @@ def _got(value: Any) -> str:
 R_MISSING = "required key is missing"
 R_INT_GE0 = "must be an integer >= 0"
 R_INT_GE1 = "must be an integer >= 1"
+R_INT_GE0_OR_NULL = "must be an integer >= 0 or null"
 R_STR = "must be a non-empty string"
 R_STR_OR_NULL = "must be a string or null"
 R_TOOL = "must be a non-empty string or null"
@@ -184,6 +185,9 @@ def check_trajectory(obj: dict[str, Any]) -> None:
             if "gen_tokens" not in turn:
                 raise RuleViolation(f"turns[{i}].gen_tokens", R_MISSING)
             raise RuleViolation(f"turns[{i}].gen_tokens", R_INT_GE0, _got(gen))
+        ver = turn.get("policy_version")
+        if ver is not None and (type(ver) is not int or ver < 0):
+            raise RuleViolation(f"turns[{i}].policy_version", R_INT_GE0_OR_NULL, _got(ver))
         tool = turn.get("tool", turn)  # the turn itself marks "absent"
         lat = turn.get("tool_latency_s")
         ttok = turn.get("tool_tokens", 0)

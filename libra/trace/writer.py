@@ -54,14 +54,17 @@ def turn_to_dict(turn: Turn) -> dict[str, Any]:
             d["tool_tokens"] = _i(turn.tool_tokens)
         if turn.outcome is not None:
             d["outcome"] = turn.outcome
-        return d
-    return {
-        "gen_tokens": _i(turn.gen_tokens),
-        "tool": turn.tool,
-        "tool_latency_s": _f(turn.tool_latency_s),
-        "tool_tokens": _i(turn.tool_tokens),
-        "outcome": turn.outcome,
-    }
+    else:
+        d = {
+            "gen_tokens": _i(turn.gen_tokens),
+            "tool": turn.tool,
+            "tool_latency_s": _f(turn.tool_latency_s),
+            "tool_tokens": _i(turn.tool_tokens),
+            "outcome": turn.outcome,
+        }
+    if turn.policy_version is not None:  # optional: written only when the recorder knows it
+        d["policy_version"] = _i(turn.policy_version)
+    return d
 
 
 def trajectory_to_dict(t: Trajectory) -> dict[str, Any]:

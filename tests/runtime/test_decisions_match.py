@@ -17,6 +17,8 @@ The step is built to need routing decisions: contexts cross the bound (26 tokens
 trajectories as their tool output returns (finish ``length``), the case the backends disagreed
 on: the simulator did not route a trajectory's trailing call, which ``libra-run`` routes since it
 cannot know at the call's start that the output will end it (fixed in ``sim/rollout.py``).
+
+The same comparison runs over two asynchronous steps (staleness class K=1, issue 20).
 """
 
 from __future__ import annotations
@@ -109,6 +111,51 @@ def test_one_recorded_step_makes_the_same_decisions_in_both_backends(tmp_path) -
 
     # what the router was told at each finish (it learns from it)
     assert run.finishes(0) == replay.finishes(0) and len(run.finishes(0)) == 12
+
+
+#: the same step, asynchronous (staleness class K=1; the policy plans async at CPU scale), 2 steps
+ASYNC_RUN = dict(steps=2, prompts_per_step=4, group_size=3, max_new_tokens=20, max_context=36, max_tool_calls=2,
+           tasks={"math": 1, "math2": 1, "search": 1}, replay=False, eval_tasks=0, engine="torch", trainer="torch",
+           devices=3, split="2:1", bucket_bounds=[26], policy="libra-cmlfq", max_staleness=1)
+
+
+@needs_ray
+def test_async_steps_make_the_same_decisions_in_both_backends(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two async steps (issue 20): the plan of step 1 is made as rollout 0 ends, while step 0
+    still trains, from the same history in both backends; plans, admissions, routing and
+    finishes match step by step."""
+    from libra.runtime.config import load_config
+    from libra.runtime.loop import Runner
+    from libra.runtime.policyglue import make_policy
+    from libra.scheduling.recorder import DecisionLog, recorded
+    from sim.costs import load_costs
+    from sim.loop import SimConfig, Simulator
+    from sim.replay import load_steps
+
+    cfg = load_config(None, {"out": str(tmp_path / "run"), **ASYNC_RUN})
+    run = DecisionLog()
+    runner = Runner(cfg, log=lambda m: print(m, flush=True), decisions=run)
+    out = runner.run()["out"]
+    steps, _ = load_steps(os.path.join(out, "trace.jsonl"))
+    cluster = runner.cluster
+    costs = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, cfg.calibration, engine=cluster.engine)
+    policy = make_policy(cfg.policy, cluster, costs.ev, cfg.seed, cfg.kl_coef > 0, streaming=cfg.streaming, mini_batches=cfg.mini_batches,
+                         split=cfg.split_pair(), bucket_bounds=cfg.bucket_bounds, per_node=cfg.per_node, max_staleness=cfg.max_staleness)
+    replay = DecisionLog()
+    conf = SimConfig(noise_sigma=0.0, seed=cfg.seed, streaming=cfg.streaming, mini_batches=cfg.mini_batches, max_staleness=cfg.max_staleness)
+    res = Simulator(steps, recorded(policy, replay), cluster, costs, conf).run()
+    assert [m.mode for m in res.steps] == ["async", "async"]
+    assert [r["loop"] for r in _csv(os.path.join(out, "steps.csv"))] == ["async", "async"]
+    # each step planned with the same history (the steps whose rollout had finished: the plan of
+    # step 1 is made while step 0 still trains, in both backends), the same plan
+    assert [(p.history_steps, p.n_prompts) for p in run.planned] == [(p.history_steps, p.n_prompts) for p in replay.planned] == [(0, 12), (1, 12)]
+    for a, b in zip(run.planned, replay.planned):
+        assert _shape(a.plan) == _shape(b.plan) and a.plan.mode == "async" and a.plan.max_staleness == 1
+    for j in (0, 1):
+        assert run.admissions(j) == replay.admissions(j) and len(run.admissions(j)) == 12
+        assert run.route_inputs(j) == replay.route_inputs(j) and run.routes(j) == replay.routes(j)
+        assert run.finishes(j) == replay.finishes(j)
+    assert len(run.routes(0)) + len(run.routes(1)) >= 4
 
 
 def _csv(path: str) -> list[dict[str, str]]:

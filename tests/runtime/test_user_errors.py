@@ -93,6 +93,12 @@ def test_more_devices_than_cores_is_a_warning() -> None:
     assert not config_warnings(RunConfig(devices=2, device="cpu")) or cores < 2
 
 
+def test_async_without_per_step_checkpoints_is_a_warning() -> None:
+    assert any("checkpoint_every 0" in w and "max_staleness 1" in w for w in config_warnings(RunConfig(devices=2, max_staleness=1,
+                                                                                                        checkpoint_every=0)))
+    assert not any("max_staleness" in w for w in config_warnings(RunConfig(devices=2, max_staleness=1)))
+
+
 def test_keys_and_dataclass_agree() -> None:
     assert set(KEYS) == set(RunConfig.__dataclass_fields__)
 
