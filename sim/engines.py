@@ -55,6 +55,10 @@ class Engines:
             raise InvariantViolation("a stage attached to retired rollout engines")
         base = self.next_base
         self.next_base += stage.step.n
+        if self.stages:  # they share the engines from now on
+            stage.overlapped = True
+            for s in self.stages:
+                s.overlapped = True
         self.stages.append(stage)
         return base
 

@@ -178,6 +178,7 @@ class RolloutStage:
         self._seats = 0  # trajectories seated in a batch at least once (shared engines)
         self._seated_once: list[bool] = []
         self.admitted = env.event()  # shared engines: every trajectory seated once
+        self.overlapped = False  # shared engines: another step's rollout ran on them meanwhile
         self._waiting = [0] if engines is None else engines.waiting  # queued entries over the instances
         adopt = engines is not None and bool(engines.instances)
         for ri in plan.instances:
