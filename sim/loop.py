@@ -13,13 +13,23 @@ override it, checked against K):
 * **sync + streaming** (``streaming=True``): training of step j starts on mini-batches of
   completed GRPO groups while the rollout's tail still runs (``sim.training.Feed``); rollout
   weights stay at version j until the sync after the last mini-batch, so it stays on-policy.
-* **async** with bounded staleness K (AReaL-like): rollouts run back to back; rollout j starts
-  when rollout j-1 is done and the weights of step j-1-K are synced, so with K=1 the rollout of
-  j+1 overlaps the training of j. Training j starts when rollout j and training/sync j-1 are done.
+* **async** with bounded staleness K (AReaL, NeMo RL async GRPO, verl fully_async): continuous
+  generation (``sim.engines``). A step whose plan keeps the previous step's instances runs on
+  the same engines: its prompts are admitted once every trajectory of the previous step has been
+  seated in a batch and the weights of step j-1-K are synced, so they fill the slots the
+  previous step's tail frees instead of waiting for its last trajectory; the rollout of j+1 also
+  overlaps the training of j. Training j starts when rollout j and training/sync j-1 are done.
+  A plan that changes the instances (or a step with faults, an elastic pool or the recorded
+  Gantt) runs on its own instances, its rollout starting when the previous one is done. Per-step
+  metrics stay per step (the instances count each step's share); the planner is not taught by a
+  rollout that shared its engines (``StepOutcome.overlapped``). Steady state: the slowest of the
+  engines' throughput, train + sync, and (K + 1 rollouts sharing the engines + train + sync) /
+  (K + 1), what ``libra.planner.search.step_time`` prices.
 
 Each step's plan comes from ``policy.plan(cluster, history, prompt_tokens)`` where ``history``
 holds the steps whose rollout has finished (their trajectories are then fully known), oldest
-first. Every non-rollout cost is ``SimCosts.step`` (``libra.planner.step_costs.StepCosts``), the
+first; it is made when the step's rollout may start (after a shared async step: once that step's
+trajectories are all seated and its staleness gate is open). Every non-rollout cost is ``SimCosts.step`` (``libra.planner.step_costs.StepCosts``), the
 planner's own price list. A plan that differs from the previous step's (split, training
 strategy, instance placement or TP) pays its transition (``StepCosts.transition``): the moved
 instances' GPUs are booked but idle for its rollout side before they serve, and the training GPUs

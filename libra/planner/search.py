@@ -38,11 +38,13 @@ split or leaf is provably no better than the incumbent. For each visited ``n_tra
     waits for the rollout's end, so the step is ``rollout_s`` + the training tail after the
     last group + ``sync_s`` when training keeps up, and longer when it does not. Still
     on-policy (the rollout weights stay at the step's version until the sync);
-  - **async** (only when ``max_staleness`` K >= 1): ``max(rollout_s, train_s + sync_s)``, the
-    steady state of the simulator's loop, where rollout j+1 starts when rollout j ends and step
-    j-K's weights are synced, and training j when rollout j and the sync of j-1 are done: the
-    longer of the rollout and the training-plus-sync chain sets the pace. Every K >= 1 predicts
-    the same; the plan runs at K (more room for a slow step to be absorbed, never slower).
+  - **async** (only when ``max_staleness`` K >= 1): the steady state of the simulator's
+    continuous generation (``sim.engines``: step j+1's prompts join the engines once step j's
+    are all seated and step j-K's weights are synced; training j when rollout j and the sync of
+    j-1 are done): ``max(throughput_s, train_s + sync_s, (cohort_s + train_s + sync_s) / (K + 1))``
+    (``step_time``): the engines' pace at full batches, the training-plus-sync chain, or the
+    staleness cycle of K + 1 rollouts sharing the engines (``cohort_s``, predicted on K + 1
+    times the trajectories) and the first one's training and sync.
 
   Ties go to the mode with less staleness (sync, then streaming, then async). ``SearchOptions``
   ``mode``/``streaming`` pin the mode instead (``libra-sim replay --mode/--streaming``; asking
