@@ -30,6 +30,14 @@ system could answer at each moment (``TrajectoryObservation`` carries no future)
   an empty one; ``ready_in_s`` is the *predicted* wait (the transition's predicted weight load,
   not the noisy one the simulation then charges; unknown while an earlier training holds it).
 
+Async continuous generation (``sim.engines``): a stage may run on instances shared with the
+neighbouring steps' stages. Its trajectories are then ids ``[base, base + n)`` on the instances
+(``i + self._base`` wherever the stage hands a trajectory to an instance), the engines route each
+instance callback to the owning stage, ``admitted`` fires once every trajectory has been seated
+in a batch (the next step's prompts may then follow), and the step's metrics are its share of
+each instance (``Instance.share``). Such a stage never removes an instance (faults and elastic
+pools run on unshared instances).
+
 KV of a trajectory in a tool call is kept (cached on its instance, evictable under pressure)
 with ``kv_mode="keep"``, or released (``"release"``: the whole context is prefilled again on
 return). A route to another bucket without ``migrate`` releases the KV and re-prefills there.
