@@ -67,6 +67,23 @@ class QueueEntry:
     enqueued_s: float
 
 
+@dataclass(slots=True)
+class Share:
+    """What an instance did for one owner (a step's rollout) when several steps' rollouts share
+    it (async continuous generation, ``sim.engines``): each step's metrics count its own
+    sequences. Tokens, prefill, preemptions, evictions and queue waits belong to the sequence's
+    owner; an interval's busy time is split by the owners' shares of its batch."""
+
+    running: int = 0
+    gen_tokens: int = 0
+    prefill_tokens: int = 0
+    preemptions: int = 0
+    evictions: int = 0
+    queue_wait_s: float = 0.0
+    intervals: int = 0
+    busy_s: float = 0.0
+
+
 class Instance:
     """A rollout engine of ``tp`` GPUs (see the module docstring for the model)."""
 
@@ -85,6 +102,8 @@ class Instance:
         on_room: Callable[[Instance], bool] | None = None,
         on_start: Callable[[Instance], None] | None = None,
         waiting: list[int] | None = None,
+        owner_of: Callable[[int], object] | None = None,
+        on_admit: Callable[[int], None] | None = None,
     ) -> None:
         self.env = env
         self.id = iid
@@ -143,6 +162,17 @@ class Instance:
         self.queue_wait_s = 0.0
         self.peak_kv = 0
         self.trace: list[tuple[float, float, int]] | None = None  # (start, end, batch) if recorded
+        # shared by several steps' rollouts (``sim.engines``): per-owner metrics and first seats
+        self._owner_of = owner_of
+        self._on_admit = on_admit
+        self.shares: dict[object, Share] = {}
+
+    def share(self, owner: object) -> Share:
+        """The metrics of ``owner``'s sequences on this instance (shared instances only)."""
+        sh = self.shares.get(owner)
+        if sh is None:
+            sh = self.shares[owner] = Share()
+        return sh
 
     # ---------------------------------------------------------------- observation helpers
     @property
@@ -303,6 +333,13 @@ class Instance:
                 self._pending_prefill[e.traj] = (new, cached)
             self.prefill_tokens += new
             self.queue_wait_s += self.env.now - e.enqueued_s
+            if self._owner_of is not None:
+                sh = self.share(self._owner_of(e.traj))
+                sh.running += 1
+                sh.prefill_tokens += new
+                sh.queue_wait_s += self.env.now - e.enqueued_s
+                if self._on_admit is not None:
+                    self._on_admit(e.traj)
 
     def _evict_except(self, keep: int, need: int) -> bool:
         """Evict cached KV (LRU first) of sequences other than ``keep``; True if any went."""
@@ -316,6 +353,8 @@ class Instance:
             self.H -= tokens
             need -= tokens
             self.evictions += 1
+            if self._owner_of is not None:
+                self.share(self._owner_of(traj)).evictions += 1
             freed = True
         return freed
 
@@ -336,6 +375,10 @@ class Instance:
         ctx = c + self.it - j
         self._pending_prefill.pop(traj, None)  # admitted this instant: its prefill never ran
         self.preemptions += 1
+        if self._owner_of is not None:
+            sh = self.share(self._owner_of(traj))
+            sh.running -= 1
+            sh.preemptions += 1
         self.queue.appendleft(QueueEntry(traj, ctx, end - self.it, self.env.now))
         self.queued_tokens += ctx
         self._waiting[0] += 1
@@ -456,6 +499,8 @@ class Instance:
         if self.trace is not None:
             self.trace.append((self._t0, now, self._B))
         self.gen_tokens += self._B * N
+        if self._owner_of is not None:
+            self._split(N, now - self._t0)
         self.it += N
         it = self.it
         heap = self._heap
@@ -469,12 +514,23 @@ class Instance:
             j, c, _ = r
             del running[traj]
             self._S -= c - j
+            if self._owner_of is not None:
+                self.share(self._owner_of(traj)).running -= 1
             done.append((traj, c + end - j))
         self.busy = False
         for traj, ctx in done:
             self._on_turn_end(self, traj, ctx, now)
         if self.alive and not self.busy:
             self._start_interval()
+
+    def _split(self, n: int, dur: float) -> None:
+        """Shared instance: the interval's ``n`` iterations and ``dur`` seconds, by owner."""
+        B = self._B
+        for sh in self.shares.values():
+            if sh.running > 0:
+                sh.gen_tokens += sh.running * n
+                sh.busy_s += dur * sh.running / B
+                sh.intervals += 1
 
     def _note_kv(self) -> None:
         kv = self.kv_used
@@ -491,6 +547,8 @@ class Instance:
             done = self.iterations_done_by(now - self._t0)
             self.busy_s += now - self._t0
             self.gen_tokens += self._B * done
+            if self._owner_of is not None:
+                self._split(done, now - self._t0)
             self.it += done
         out: list[QueueEntry] = []
         for traj, (j, c, end) in self.running.items():
@@ -499,6 +557,8 @@ class Instance:
         for e in self.queue:
             out.append(QueueEntry(e.traj, e.context, e.remaining, now))
         self.running.clear()
+        for sh in self.shares.values():
+            sh.running = 0
         self._heap.clear()
         self._S = 0
         self._waiting[0] -= len(self.queue)

@@ -13,13 +13,23 @@ override it, checked against K):
 * **sync + streaming** (``streaming=True``): training of step j starts on mini-batches of
   completed GRPO groups while the rollout's tail still runs (``sim.training.Feed``); rollout
   weights stay at version j until the sync after the last mini-batch, so it stays on-policy.
-* **async** with bounded staleness K (AReaL-like): rollouts run back to back; rollout j starts
-  when rollout j-1 is done and the weights of step j-1-K are synced, so with K=1 the rollout of
-  j+1 overlaps the training of j. Training j starts when rollout j and training/sync j-1 are done.
+* **async** with bounded staleness K (AReaL, NeMo RL async GRPO, verl fully_async): continuous
+  generation (``sim.engines``). A step whose plan keeps the previous step's instances runs on
+  the same engines: its prompts are admitted once every trajectory of the previous step has been
+  seated in a batch and the weights of step j-1-K are synced, so they fill the slots the
+  previous step's tail frees instead of waiting for its last trajectory; the rollout of j+1 also
+  overlaps the training of j. Training j starts when rollout j and training/sync j-1 are done.
+  A plan that changes the instances (or a step with faults, an elastic pool or the recorded
+  Gantt) runs on its own instances, its rollout starting when the previous one is done. Per-step
+  metrics stay per step (the instances count each step's share); the planner is not taught by a
+  rollout that shared its engines (``StepOutcome.overlapped``). Steady state: the slowest of the
+  engines' throughput, train + sync, and (K + 1 rollouts sharing the engines + train + sync) /
+  (K + 1), what ``libra.planner.search.step_time`` prices.
 
 Each step's plan comes from ``policy.plan(cluster, history, prompt_tokens)`` where ``history``
 holds the steps whose rollout has finished (their trajectories are then fully known), oldest
-first. Every non-rollout cost is ``SimCosts.step`` (``libra.planner.step_costs.StepCosts``), the
+first; it is made when the step's rollout may start (after a shared async step: once that step's
+trajectories are all seated and its staleness gate is open). Every non-rollout cost is ``SimCosts.step`` (``libra.planner.step_costs.StepCosts``), the
 planner's own price list. A plan that differs from the previous step's (split, training
 strategy, instance placement or TP) pays its transition (``StepCosts.transition``): the moved
 instances' GPUs are booked but idle for its rollout side before they serve, and the training GPUs
@@ -32,6 +42,7 @@ them first, even when both ask at the same instant.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -52,7 +63,8 @@ from libra.pool.base import RoleChange
 from libra.trace.columnar import StepArrays
 from libra.trace.latencies import resolve_latencies
 from sim.costs import SimCosts
-from sim.instance import Instance, SimulationError
+from sim.engines import Engines, layout
+from sim.instance import Instance, InvariantViolation, SimulationError
 from sim.ledger import GpuLedger
 from sim.metrics import RunResult, StepMetrics
 from sim.noise import Noise
@@ -183,6 +195,9 @@ class Simulator:
         n = len(self.steps)
         self.rollout_done = [env.event() for _ in range(n)]
         self.synced = [env.event() for _ in range(n)]
+        self._admitted: list[simpy.Event | None] = [None] * n  # shared engines: the step's trajectories all seated
+        self._engines_of: list[Engines | None] = [None] * n
+        self._history_idx: list[int] = []
         self._train_gpu_sets: dict[int, frozenset[int]] = {}
         self.history: list[StepArrays] = []
         self.running_job: TrainJob | None = None
@@ -210,8 +225,14 @@ class Simulator:
     def _driver(self) -> Generator[Any, Any, None]:
         env = self.env
         for j, step in enumerate(self.steps):
+            prev_eng = self._engines_of[j - 1] if j > 0 else None
             if j > 0:
-                yield self.rollout_done[j - 1]
+                # async on shared engines: the next step's prompts may follow as soon as every
+                # trajectory of this one is seated (continuous generation); else its tail gates it
+                yield self._admitted[j - 1] if prev_eng is not None else self.rollout_done[j - 1]
+                k_prev = self._step_loop[j - 1][1]
+                if prev_eng is not None and j - 1 - k_prev >= 0:
+                    yield self.synced[j - 1 - k_prev]  # the staleness gate if the plan stays: plan with what it lets be known
             plan = self.policy.plan(self.cluster, tuple(self.history), step.prompt_tokens.copy())
             mode = self.cfg.mode or plan.mode
             if mode not in ("sync", "async"):
@@ -228,6 +249,26 @@ class Simulator:
                 yield self.synced[j - 1 - k]
             if plan.colocated and mode == "async":
                 raise UserError(f"policy {self.result.policy} is colocated: it cannot run --mode async (rollout and training share every GPU)")
+            # continuous generation (``sim.engines``): an async step without faults, elastic pool
+            # or recorded Gantt runs on engines it may share with its neighbours; the next step
+            # adopts them when its plan keeps the same instances
+            eng: Engines | None = None
+            shareable = mode == "async" and not self.cfg.faults and self.cfg.gantt_step != step.step
+            pool_asked = shareable
+            if shareable:
+                pool = self.policy.pool(plan)
+                shareable = pool is None
+            adopt = shareable and prev_eng is not None and prev_eng.key == layout(plan.instances)
+            if prev_eng is not None and not adopt:  # a new layout: today's loop, after the old rollout's tail
+                prev_eng.closing = True
+                if prev_eng.idle:
+                    self._retire(prev_eng)
+                yield self.rollout_done[j - 1]
+            if adopt:
+                eng = prev_eng
+            elif shareable:
+                eng = Engines(step.step, layout(plan.instances))
+            self._engines_of[j] = eng
             inst_gpus = self._instance_gpus(plan)
             train_gpus = self._train_gpus(plan, inst_gpus)
             trans = self.costs.step.transition(self._prev_plan, plan.n_train_gpus, plan.train, plan.instances)
@@ -236,7 +277,8 @@ class Simulator:
             load = trans.to_rollout_s * self.noise_xfer.factor() if trans.moved else 0.0
             self._charged[j][0] = load
             sched = self.policy.scheduler(plan, future=step) if getattr(self.policy, "sees_future", False) else self.policy.scheduler(plan)
-            pool = None if plan.colocated else self.policy.pool(plan)
+            if not pool_asked:
+                pool = None if plan.colocated else self.policy.pool(plan)
             lat = resolve_latencies(step, self.cfg.seed)
             total = step.total_tokens
             want_stream = plan.streaming if self.cfg.streaming is None else self.cfg.streaming
@@ -257,14 +299,18 @@ class Simulator:
                 on_role_change=lambda st, inst, ch, job=job: self._role_change(st, inst, ch, job),
                 training_state=lambda: (self.running_job is not None, self.running_job.n_gpus if self.running_job else 0),
                 on_group_done=on_group,
+                engines=eng,
             )
+            self._admitted[j] = stage.admitted
             # GPUs an earlier step's training still needs (async, a plan that moved the split
             # towards rollout) go to that training first: its job was decided before this plan,
             # and without this the new rollout instance, asking at the same instant, could win
             # the booking and stall that training for a whole rollout (seen: +507 s on one step).
             blocking = [(gs, self.synced[i]) for i, gs in self._train_gpu_sets.items() if i < j and not self.synced[i].triggered]
             self._train_gpu_sets[j] = frozenset(train_gpus)
-            for inst in stage.instances.values():
+            if adopt and trans.moved:
+                raise InvariantViolation(f"step {step.step} adopted the previous step's engines but its transition moves instances {trans.moved}")
+            for inst in ([] if adopt else stage.instances.values()):
                 inst.started = False
                 waits = [ev for gs, ev in blocking if gs.intersection(inst.gpus)]
                 delay = load if inst.id in trans.moved else 0.0  # a moved instance loads its weights first
@@ -285,6 +331,21 @@ class Simulator:
             else:
                 train = None
             env.process(self._finish_step(j, step, plan, stage, job, lat, mode, train))
+        last = self._engines_of[-1] if self.steps else None
+        if last is not None:
+            last.closing = True
+            if last.idle:
+                self._retire(last)
+
+    def _retire(self, eng: Engines) -> None:
+        """No step runs on ``eng`` and none will: its instances stop and their GPUs are released
+        (the booking of the step that created them)."""
+        for inst in eng.instances.values():
+            if inst.busy or not inst.empty:
+                raise InvariantViolation(f"rollout engines retired with instance {inst.id} still working")
+            self.ledger.release(inst.gpus, ("rollout", eng.owner_step, inst.id))
+            inst.alive = False
+        eng.retired = True
 
     def _acquire_after(self, waits: list[simpy.Event], inst: Instance, owner: tuple[str, int, int],
                        delay_s: float = 0.0) -> Generator[Any, Any, None]:
@@ -375,15 +436,22 @@ class Simulator:
         train: simpy.Process | None,
     ) -> Generator[Any, Any, None]:
         rs: RolloutStats = yield stage.done
-        for inst in stage.instances.values():
-            if inst not in stage._retired:
-                self.ledger.release(inst.gpus, self._owner(stage, inst))
-        self.history.append(step)
+        eng = self._engines_of[j]
+        if eng is None:
+            for inst in stage.instances.values():
+                if inst not in stage._retired:
+                    self.ledger.release(inst.gpus, self._owner(stage, inst))
+        elif eng.closing and eng.idle:
+            self._retire(eng)
+        # oldest first (with shared engines a short step may end before its predecessor)
+        at = bisect.bisect(self._history_idx, j)
+        self._history_idx.insert(at, j)
+        self.history.insert(at, step)
         # what a real run knows once its rollout ended: how long it took (the next plan, made as
         # this rollout ends, may learn from it; the training time is not known yet in async mode)
         observe = getattr(self.policy, "observe", None)
         if observe is not None:
-            observe(StepOutcome(step.step, plan, step, float(rs.makespan_s)))
+            observe(StepOutcome(step.step, plan, step, float(rs.makespan_s), overlapped=stage.overlapped))
         self.rollout_done[j].succeed()
         if train is None:
             train = self.env.process(self._train(j, step, plan, job, self.rollout_done[j]))

@@ -30,6 +30,14 @@ system could answer at each moment (``TrajectoryObservation`` carries no future)
   an empty one; ``ready_in_s`` is the *predicted* wait (the transition's predicted weight load,
   not the noisy one the simulation then charges; unknown while an earlier training holds it).
 
+Async continuous generation (``sim.engines``): a stage may run on instances shared with the
+neighbouring steps' stages. Its trajectories are then ids ``[base, base + n)`` on the instances
+(``i + self._base`` wherever the stage hands a trajectory to an instance), the engines route each
+instance callback to the owning stage, ``admitted`` fires once every trajectory has been seated
+in a batch (the next step's prompts may then follow), and the step's metrics are its share of
+each instance (``Instance.share``). Such a stage never removes an instance (faults and elastic
+pools run on unshared instances).
+
 KV of a trajectory in a tool call is kept (cached on its instance, evictable under pressure)
 with ``kv_mode="keep"``, or released (``"release"``: the whole context is prefilled again on
 return). A route to another bucket without ``migrate`` releases the KV and re-prefills there.
@@ -56,6 +64,7 @@ _TOOL_LIMIT = FINISHES.index("tool_limit")
 if TYPE_CHECKING:  # pragma: no cover
     import simpy
 
+    from sim.engines import Engines
     from sim.costs import SimCosts
     from sim.noise import Noise
 
@@ -110,6 +119,7 @@ class RolloutStage:
         on_role_change: Callable[[RolloutStage, Instance, RoleChange], None] | None = None,
         training_state: Callable[[], tuple[bool, int]] | None = None,
         on_group_done: Callable[[list[int]], None] | None = None,
+        engines: Engines | None = None,
     ) -> None:
         if kv_mode not in ("keep", "release"):
             raise ValueError(f"kv_mode must be 'keep' or 'release', got {kv_mode!r}")
@@ -169,17 +179,37 @@ class RolloutStage:
         # work conservation (``_pull``): routers that never move queued work say so
         # (``work_conserving = False``), and the simulator then skips asking
         self._wc = callable(getattr(scheduler, "next_for", None)) and getattr(scheduler, "work_conserving", True)
-        self._waiting = [0]  # queued entries over the step's instances (``Instance``)
+        # async continuous generation (``sim.engines``): the instances may be shared with the
+        # neighbouring steps' stages; this stage's trajectories are ids [base, base + n) on them
+        self._engines = engines
+        self._base = 0
+        self._seats = 0  # trajectories seated in a batch at least once (shared engines)
+        self._seated_once: list[bool] = []
+        self.admitted = env.event()  # shared engines: every trajectory seated once
+        self.overlapped = False  # shared engines: another step's rollout ran on them meanwhile
+        self._waiting = [0] if engines is None else engines.waiting  # queued entries over the instances
+        adopt = engines is not None and bool(engines.instances)
         for ri in plan.instances:
-            gpus = tuple(ri.node * gpus_per_node + ri.first_gpu + k for k in range(ri.tp))
-            inst = Instance(env, ri.id, ri.tp, ri.bucket, gpus, ri.node, costs, noise, self._turn_end, self._idle,
-                            on_room=self._pull if self._wc else None, on_start=self._started, waiting=self._waiting)
-            if costs.kv_capacity(ri.tp) <= 0:
-                raise SimulationError(f"plan has a TP={ri.tp} rollout instance but the model's weights do not fit in {ri.tp} GPU(s); use a larger TP")
-            if record_gantt:
-                inst.trace = []
+            if adopt:
+                inst = engines.instances[ri.id]  # type: ignore[union-attr]
+            else:
+                gpus = tuple(ri.node * gpus_per_node + ri.first_gpu + k for k in range(ri.tp))
+                if engines is None:
+                    inst = Instance(env, ri.id, ri.tp, ri.bucket, gpus, ri.node, costs, noise, self._turn_end, self._idle,
+                                    on_room=self._pull if self._wc else None, on_start=self._started, waiting=self._waiting)
+                else:
+                    inst = Instance(env, ri.id, ri.tp, ri.bucket, gpus, ri.node, costs, noise, engines.turn_end, engines.idle_cb,
+                                    on_room=engines.room if self._wc else None, on_start=engines.started, waiting=self._waiting,
+                                    owner_of=engines.owner_of, on_admit=engines.admitted)
+                    engines.instances[ri.id] = inst
+                if costs.kv_capacity(ri.tp) <= 0:
+                    raise SimulationError(f"plan has a TP={ri.tp} rollout instance but the model's weights do not fit in {ri.tp} GPU(s); use a larger TP")
+                if record_gantt:
+                    inst.trace = []
             self.instances[ri.id] = inst
             self._by_bucket.setdefault(ri.bucket, []).append(inst)
+        if engines is not None:
+            self._seated_once = [False] * n
         if not self.instances:
             raise SimulationError("the plan has no rollout instance")
         self._min_bucket = min(self._by_bucket)
@@ -217,9 +247,35 @@ class RolloutStage:
         b = x.bucket
         if b <= self._min_bucket:
             return None
+        if self._engines is not None:  # shared: every running step's work counts
+            bo = self._bucket_of
+            return int(any(bo(j) == b for j in x.held) or any(bo(j) == b for j in x.pinned)
+                       or any(bo(j) == b for j in x.running) or any(bo(e.traj) == b for e in x.queue))
         bk = self._bucket
         return int(any(bk[j] == b for j in x.held) or any(bk[j] == b for j in x.pinned)
                    or any(bk[j] == b for j in x.running) or any(bk[e.traj] == b for e in x.queue))
+
+    def _bucket_of(self, gid: int) -> int | None:
+        """The bucket the owner step routed sequence ``gid`` of the shared engines to."""
+        s = self._engines.owner_of(gid)  # type: ignore[union-attr]
+        return s._bucket[gid - s._base]
+
+    def _rehome(self, gid: int, iid: int) -> None:
+        """Sequence ``gid`` (an instance's id for it) now lives on instance ``iid``."""
+        if self._engines is None:
+            self._home[gid] = iid
+        else:
+            s = self._engines.owner_of(gid)
+            s._home[gid - s._base] = iid
+
+    def _seated(self, i: int) -> None:
+        """Shared engines: trajectory ``i`` entered a batch; once all have, the next step's
+        prompts may be admitted behind them (``admitted``)."""
+        if not self._seated_once[i]:
+            self._seated_once[i] = True
+            self._seats += 1
+            if self._seats == self.step.n and not self.admitted.triggered:
+                self.admitted.succeed()
 
     def loads(self, bucket: int | None = None) -> list[InstanceLoad]:
         """The load of every live instance (of ``bucket`` only, when given)."""
@@ -260,7 +316,7 @@ class RolloutStage:
             if not entries:
                 break
             for e in entries:
-                self._home[e.traj] = inst.id
+                self._rehome(e.traj, inst.id)
                 inst.enqueue(e)
             self.stats.pulled += len(entries)
             moved = True
@@ -276,6 +332,10 @@ class RolloutStage:
         """Admit every trajectory of the step (all prompts are known at the step's start)."""
         now = self.env.now
         self.stats.start_s = now
+        if self._engines is not None:
+            self._base = self._engines.attach(self)
+            if self.step.n == 0:
+                self.admitted.succeed()
         for i in range(self.step.n):
             self._admit_s[i] = now
         first = [self._obs(i, None, None, None) for i in range(self.step.n)]
@@ -289,7 +349,7 @@ class RolloutStage:
             self._bucket[i] = b
             inst = self._choose(b, obs)
             self._home[i] = inst.id
-            inst.enqueue(QueueEntry(i, self._ctx[i], self._gen[self._off[i]], now))
+            inst.enqueue(QueueEntry(i + self._base, self._ctx[i], self._gen[self._off[i]], now))
         if self.step.n == 0:
             self._complete()
 
@@ -322,15 +382,16 @@ class RolloutStage:
         self._bucket[i] = b
         ready = now + lat
         dst = inst if b == inst.bucket or not self.kv_keep else self._choose(b, obs)
+        g = i + self._base  # its id on the instances
         if self.kv_keep and dst is inst:
-            inst.hold(i, ctx)  # stays home, KV cached while the tool runs
+            inst.hold(g, ctx)  # stays home, KV cached while the tool runs
             self._home[i] = inst.id
         elif self.kv_keep and migrate:
             if dst is inst:
-                inst.hold(i, ctx)
+                inst.hold(g, ctx)
                 self._home[i] = inst.id
-            elif dst.try_pin(i, ctx):
-                inst.hold(i, ctx)  # the source copy stays until the transfer ends
+            elif dst.try_pin(g, ctx):
+                inst.hold(g, ctx)  # the source copy stays until the transfer ends
                 self._home[i] = dst.id
                 same = inst.gpus[0] // self._domain == dst.gpus[0] // self._domain
                 mig = self.costs.kv_migration_s(ctx, inst.tp, dst.tp, same) * self.noise.factor()
@@ -348,10 +409,11 @@ class RolloutStage:
         ev.callbacks.append(lambda _e: self._tool_return(i))
 
     def _migrated(self, i: int, src: Instance, dst: Instance) -> None:
+        g = i + self._base
         if src.alive:
-            src.release(i)
-        if dst.alive and i in dst.pinned:
-            dst.unpin_to_held(i)
+            src.release(g)
+        if dst.alive and g in dst.pinned:
+            dst.unpin_to_held(g)
 
     def _tool_return(self, i: int) -> None:
         now = self.env.now
@@ -360,7 +422,7 @@ class RolloutStage:
             home = self._home[i]
             inst = self.instances.get(home) if home is not None else None
             if inst is not None:
-                inst.release(i)  # the KV cached (or migrated) for a continuation that never comes
+                inst.release(i + self._base)  # the KV cached (or migrated) for a continuation that never comes
             self._home[i] = None
             self._finish_traj(i, None, self._names[self._tool[row]])
             return
@@ -390,19 +452,20 @@ class RolloutStage:
             # its instance is full: placed again (it stays there unless another has room)
             dst = self._choose(self._bucket[i], self._obs(i, inst, None, None))  # type: ignore[arg-type]
             if dst is not inst:
-                inst.release(i)  # its cached KV there is of no use now
+                inst.release(i + self._base)  # its cached KV there is of no use now
                 inst = dst
         self._home[i] = inst.id
-        inst.enqueue(QueueEntry(i, self._ctx[i], self._gen[row + 1], now))
+        inst.enqueue(QueueEntry(i + self._base, self._ctx[i], self._gen[row + 1], now))
 
     def _move_at_return(self, i: int, src: Instance, dst: Instance, migrate: bool, now: float) -> None:
         """Move a trajectory that is back from its tool to ``dst``: its KV migrates (when the router
         says so, KV is kept and ``dst`` has room to receive it) and it waits for the transfer, none
         of which overlaps a tool now; else ``dst`` re-prefills its context."""
-        cached = src.cached_for(i)
+        g = i + self._base
+        cached = src.cached_for(g)
         ctx = self._ctx[i]
         row = self._off[i] + self._turn[i]
-        if self.kv_keep and migrate and cached > 0 and dst.try_pin(i, cached):
+        if self.kv_keep and migrate and cached > 0 and dst.try_pin(g, cached):
             same = src.gpus[0] // self._domain == dst.gpus[0] // self._domain
             mig = self.costs.kv_migration_s(cached, src.tp, dst.tp, same) * self.noise.factor()
             self.stats.migrations += 1
@@ -416,14 +479,14 @@ class RolloutStage:
                 else:
                     target = dst
                 self._home[i] = target.id
-                target.enqueue(QueueEntry(i, ctx, self._gen[row], self.env.now))
+                target.enqueue(QueueEntry(g, ctx, self._gen[row], self.env.now))
 
             ev = self.env.timeout(mig)
             ev.callbacks.append(arrived)
             return
-        src.release(i)
+        src.release(g)
         self._home[i] = dst.id
-        dst.enqueue(QueueEntry(i, ctx, self._gen[row], now))
+        dst.enqueue(QueueEntry(g, ctx, self._gen[row], now))
 
     def _finish_traj(self, i: int, inst: Instance | None, trailing_tool: str | None) -> None:
         if not np.isnan(self._finish[i]):
@@ -455,6 +518,25 @@ class RolloutStage:
         s = self.stats
         s.end_s = now
         s.finish_s = self._finish - s.start_s
+        if self._engines is not None:  # shared: this step's share of each instance
+            for inst in self.instances.values():
+                sh = inst.share(self)
+                if sh.running:
+                    raise InvariantViolation(f"instance {inst.id} runs a sequence of step {self.step.step} after its last one finished")
+                s.gen_tokens += sh.gen_tokens
+                s.prefill_tokens += sh.prefill_tokens
+                s.preemptions += sh.preemptions
+                s.evictions += sh.evictions
+                s.queue_wait_s += sh.queue_wait_s
+                s.intervals += sh.intervals
+                s.busy_gpu_s += sh.busy_s * inst.tp
+                if inst.capacity:  # the engines' peak so far (shared by the overlapping steps)
+                    s.peak_kv_fraction = max(s.peak_kv_fraction, inst.peak_kv / inst.capacity)
+                del inst.shares[self]
+            self._engines.detach(self)
+            if not self.done.triggered:
+                self.done.succeed(s)
+            return
         for inst in self.instances.values():  # retired ones included
             if inst.busy:
                 raise InvariantViolation(f"instance {inst.id} busy after the last trajectory finished")
@@ -505,6 +587,8 @@ class RolloutStage:
     def remove_instance(self, inst: Instance) -> int:
         """Take an instance out (fault or role change): what it ran or queued re-queues
         elsewhere, re-prefilling its context. Returns how many sequences moved."""
+        if self._engines is not None:
+            raise InvariantViolation("an instance shared by several steps' rollouts cannot be removed (faults and pools run unshared)")
         entries = inst.evacuate()
         self._by_bucket[inst.bucket].remove(inst)
         self._retired.append(inst)

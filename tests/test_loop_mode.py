@@ -52,8 +52,14 @@ def test_planner_picks_the_fastest_loop_the_class_allows(ev: CostEvaluator) -> N
     assert set(loops) == {"sync", "sync+streaming", "async"}
     assert loops["async"] == min(loops.values()) and off.predicted_step_s == pytest.approx(loops["async"])
     assert off.predicted_step_s < on.predicted_step_s  # allowing staleness paid
-    # async is max(rollout, train + sync): the simulator's steady state
-    assert loops["async"] == pytest.approx(max(off.predicted_rollout_s, off.predicted_train_s + float(off.notes["sync_s"])))
+    # async is the simulator's continuous generation: max(throughput, train + sync, the staleness
+    # cycle of K + 1 rollouts together plus train + sync over K + 1), never above the batch loop's
+    f = float(off.notes["rollout_factor"])
+    chain = off.predicted_train_s + float(off.notes["sync_s"])
+    want = max(float(off.notes["rollout_throughput_s"]) * f, chain, (float(off.notes["rollout_cohort_s"]) * f + chain) / 2)
+    assert loops["async"] == pytest.approx(want)
+    assert loops["async"] <= max(off.predicted_rollout_s, chain) * (1 + 1e-9) or want == pytest.approx(
+        (float(off.notes["rollout_cohort_s"]) * f + chain) / 2)
 
 
 def test_streaming_prediction_is_between_the_overlap_and_sync() -> None:

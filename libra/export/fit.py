@@ -112,7 +112,13 @@ def fit(planner: Planner, res: SearchResult, history: Sequence[Any], prompts: An
         old = planner.tree_time(plan.train, tokens, seq)
         r, sync = plan.predicted_rollout_s, float(plan.notes.get("sync_s", 0.0))  # type: ignore[arg-type]
         train_s = plan.predicted_train_s + (new - old)
-        step_s = plan.predicted_step_s + step_time(plan.mode, r, train_s, sync) - step_time(plan.mode, r, plan.predicted_train_s, sync)
+        f = float(plan.notes.get("rollout_factor", 1.0))  # type: ignore[arg-type]
+        load, cohort = plan.notes.get("rollout_throughput_s"), plan.notes.get("rollout_cohort_s")
+        load_s = float(load) * f if isinstance(load, (int, float)) else None
+        cohort_s = float(cohort) * f if isinstance(cohort, (int, float)) else None
+        k = plan.max_staleness
+        step_s = (plan.predicted_step_s + step_time(plan.mode, r, train_s, sync, load_s, k, cohort_s)
+                  - step_time(plan.mode, r, plan.predicted_train_s, sync, load_s, k, cohort_s))
         notes.append(f"its trainers cannot run the planned {_shape(plan.train)}; the fastest they run that fits: {backend} "
                      f"{_shape(train)}: training {train_s:.1f} s vs {plan.predicted_train_s:.1f} s, step {step_s:.1f} s (SIMULATED; "
                      f"the training stage repriced, the rest as planned)")

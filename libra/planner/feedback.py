@@ -60,6 +60,9 @@ class StepOutcome:
     plan: Plan
     trajectories: StepArrays
     rollout_s: float
+    #: the rollout shared its engines with a neighbouring step's (async continuous generation):
+    #: its time measures neither rollout alone, so the correction does not learn from it
+    overlapped: bool = False
 
 
 def layout_kind(n_buckets: int) -> int:

@@ -98,6 +98,9 @@ class RolloutChoice:
     bucket_times_s: tuple[float, ...]
     instances: tuple[RolloutInstance, ...]
     buckets: tuple[Bucket, ...]
+    #: the step's work at full batches (``RolloutDP.saturated_s``): the engines' pace when
+    #: generation is continuous (async), where the next step's prompts fill a tail's free slots
+    throughput_s: float = float("nan")
 
 
 @dataclass
@@ -244,6 +247,34 @@ class RolloutDP:
             tails.append(np.minimum.accumulate(tail, axis=1))
         return _Curves(layout, loads, tails)
 
+    def saturated_s(self, layout: BucketLayout, counts: Sequence[int]) -> float:
+        """The busy time of the step's work with every instance at its full batch ``Bcap`` (no
+        tail: continuous generation fills the slots a tail leaves with the next step's prompts):
+        ``T / (m Bcap) * iter(Bcap) + P * prefill_per_token / m`` per bucket; two buckets pool as
+        in ``spill_load`` (the short bucket's work spills onto the long one's instances)."""
+        s = self.stats
+        sat: list[float] = []
+        for b, m in enumerate(counts):
+            t = layout.tps[b]
+            lo, hi = self._cell_ranges(layout)[b]
+            T = float(s.decode_tokens[lo:hi].sum())
+            S = float(s.decode_ctx_sum[lo:hi].sum())
+            P = float(s.prefill_tokens[lo:hi].sum())
+            mm = max(int(m), 1)
+            x = P * self.table.prefill_per_token[t] / mm
+            if T > 0:
+                ctx = S / T
+                bcap = float(max(1, min(self.table.max_seqs[t], int(self.table.kv_capacity[t] // max(ctx, 1.0)))))
+                grid = np.arange(1, len(self.table.base[t]) + 1, dtype=np.float64)
+                it = float(np.interp(bcap, grid, self.table.base[t]) + np.interp(bcap, grid, self.table.slope[t]) * bcap * ctx)
+                x += T / (mm * bcap) * it
+            sat.append(x)
+        if len(sat) == 2:
+            g = [layout.tps[b] * max(int(m), 1) for b, m in enumerate(counts)]
+            pooled = (sat[0] * g[0] + sat[1] * g[1]) / (g[0] + g[1])
+            return max(sat[1], min(sat[0], pooled))
+        return max(sat) if sat else 0.0
+
     def objective(self, c: _Curves, counts: Sequence[int]) -> tuple[float, float, float]:
         """``(makespan, max load, tail critical path)`` of counts under the curves ``c``."""
         if len(counts) == 2:
@@ -331,7 +362,8 @@ class RolloutDP:
         makespan, load, crit = self.objective(c, counts)
         times = tuple(float(c.load[b][m - 1]) for b, m in enumerate(counts))
         return RolloutChoice(n_gpus=G, layout=layout, counts=tuple(counts), makespan_s=makespan, load_s=load, critical_path_s=crit,
-                             bucket_times_s=times, instances=instances, buckets=buckets)
+                             bucket_times_s=times, instances=instances, buckets=buckets,
+                             throughput_s=min(load, self.saturated_s(layout, counts)))
 
     def best_one_bucket_s(self, G: int) -> float:
         """The model's makespan of the best one-bucket layout on ``G`` GPUs (inf: none packs):
@@ -413,4 +445,5 @@ class RolloutDP:
             bucket_times_s=times,
             instances=instances,
             buckets=buckets,
+            throughput_s=min(load, self.saturated_s(layout, counts)),
         )

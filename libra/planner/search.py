@@ -38,11 +38,13 @@ split or leaf is provably no better than the incumbent. For each visited ``n_tra
     waits for the rollout's end, so the step is ``rollout_s`` + the training tail after the
     last group + ``sync_s`` when training keeps up, and longer when it does not. Still
     on-policy (the rollout weights stay at the step's version until the sync);
-  - **async** (only when ``max_staleness`` K >= 1): ``max(rollout_s, train_s + sync_s)``, the
-    steady state of the simulator's loop, where rollout j+1 starts when rollout j ends and step
-    j-K's weights are synced, and training j when rollout j and the sync of j-1 are done: the
-    longer of the rollout and the training-plus-sync chain sets the pace. Every K >= 1 predicts
-    the same; the plan runs at K (more room for a slow step to be absorbed, never slower).
+  - **async** (only when ``max_staleness`` K >= 1): the steady state of the simulator's
+    continuous generation (``sim.engines``: step j+1's prompts join the engines once step j's
+    are all seated and step j-K's weights are synced; training j when rollout j and the sync of
+    j-1 are done): ``max(throughput_s, train_s + sync_s, (cohort_s + train_s + sync_s) / (K + 1))``
+    (``step_time``): the engines' pace at full batches, the training-plus-sync chain, or the
+    staleness cycle of K + 1 rollouts sharing the engines (``cohort_s``, predicted on K + 1
+    times the trajectories) and the first one's training and sync.
 
   Ties go to the mode with less staleness (sync, then streaming, then async). ``SearchOptions``
   ``mode``/``streaming`` pin the mode instead (``libra-sim replay --mode/--streaming``; asking
@@ -138,15 +140,19 @@ def rollout_factors(sigma: float) -> np.ndarray:
 
 def expected_step_s(mode: LoopMode, streaming: bool, rollout_s: float, train_s: float, sync_s: float,
                     final_context: np.ndarray, mini_batches: int, sigma: float = ROLLOUT_SIGMA,
-                    ready_context: np.ndarray | None = None) -> float:
+                    ready_context: np.ndarray | None = None, load_s: float | None = None, staleness: int = 1,
+                    cohort_s: float | None = None) -> float:
     """The step time of a loop averaged over an uncertain rollout (``ROLLOUT_SIGMA``): what the
-    search ranks by. ``sigma`` 0 gives the prediction itself (``step_time``/``streaming_step_s``)."""
+    search ranks by. ``sigma`` 0 gives the prediction itself (``step_time``/``streaming_step_s``).
+    The async loop's throughput term (``load_s``) scales with the rollout."""
     out = []
-    for r in rollout_s * rollout_factors(sigma):
+    for f in rollout_factors(sigma):
+        r = rollout_s * f
         if streaming:
             out.append(streaming_step_s(float(r), train_s, sync_s, final_context, mini_batches, ready_context))
         else:
-            out.append(step_time(mode, float(r), train_s, sync_s))
+            out.append(step_time(mode, float(r), train_s, sync_s, None if load_s is None else float(load_s * f), staleness,
+                                 None if cohort_s is None else float(cohort_s * f)))
     return float(np.mean(out))
 
 
@@ -216,6 +222,7 @@ class Candidate:
     robust_s: float = float("nan")  # the expected step with the rollout uncertain (``ROLLOUT_SIGMA``): the rank (NaN: step_s)
     rollout_factor: float = 1.0  # measured / predicted rollout of past steps for this layout kind (``libra.planner.feedback``)
     one_bucket_rollout_s: float = float("nan")  # two buckets: the model's best one-bucket makespan on the same GPUs (its forecast gain)
+    cohort_s: float = float("nan")  # async: the model's makespan of the staleness cycle's K + 1 rollouts together (``step_time``)
 
     @property
     def rollout_s(self) -> float:
@@ -339,11 +346,20 @@ def loop_name(mode: str, streaming: bool) -> str:
     return "async" if mode == "async" else ("sync+streaming" if streaming else "sync")
 
 
-def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float) -> float:
-    """Predicted step time of the plain loops (see the module docstring): sync adds the stages,
-    async overlaps the rollout with the previous step's training and weight sync."""
+def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float, load_s: float | None = None,
+              staleness: int = 1, cohort_s: float | None = None) -> float:
+    """Predicted step time of the plain loops (see the module docstring): sync adds the stages;
+    async generates continuously (``sim.engines``) and is the slowest of three paces: the
+    engines' throughput (``load_s``, the step's work at full batches), the training-plus-sync
+    chain, and the staleness cycle: ``staleness`` + 1 steps whose rollouts share the engines
+    (``cohort_s``, their makespan together; at least ``rollout_s``) and then the first one's
+    training and sync, before the gate lets the next cycle start. Without ``load_s``/``cohort_s``
+    the rollout's makespan stands in for them (the batch-per-step loop)."""
     if mode == "async":
-        return max(rollout_s, train_s + sync_s)
+        chain = train_s + sync_s
+        load = rollout_s if load_s is None else min(load_s, rollout_s)
+        cohort = rollout_s if cohort_s is None or cohort_s != cohort_s else max(cohort_s, rollout_s)
+        return max(load, chain, (cohort + chain) / (max(1, staleness) + 1))
     return rollout_s + train_s + sync_s
 
 
@@ -441,7 +457,10 @@ class Planner:
     def observe(self, outcome: StepOutcome) -> float | None:
         """Learn from a step the backend ran: its measured rollout over the hindsight prediction,
         kept per layout kind; later searches scale their rollout predictions by it. Returns the
-        ratio kept (None: unusable, e.g. no rollout measured)."""
+        ratio kept (None: unusable, e.g. no rollout measured, or one that shared its engines with
+        another step's, ``StepOutcome.overlapped``)."""
+        if outcome.overlapped:
+            return None
         plan, step = outcome.plan, outcome.trajectories
         stats = compute_stats([step], step.prompt_tokens, window=1) if step.n else None
         pred = self.hindsight_rollout_s(plan, step, stats)
@@ -506,6 +525,14 @@ class Planner:
         """Run the hierarchical search; raises UserError when nothing fits (saying what would)."""
         stats = compute_stats(history, prompt_tokens, window=self.options.window, prior=PriorSpec.of(self.cluster))
         dp = self.rollout_dp(stats)
+        # async: the staleness cycle's K + 1 steps share the engines (``step_time``); their
+        # rollout together is predicted on the same statistics at K + 1 times the trajectories
+        k_async = self.options.max_staleness
+        dp_cohort: RolloutDP | None = None
+        prompts = prompt_tokens if prompt_tokens is not None else (history[-1].prompt_tokens if history else None)
+        if any(m == "async" for m, _ in self.options.loop_modes()) and prompts is not None and len(prompts):
+            dp_cohort = self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window,
+                                                      prior=PriorSpec.of(self.cluster)))
         hits0, miss0 = dp.hits, dp.misses
         tokens, seq, seq_max = self.train_shape(stats)
         if not stats.from_prior:
@@ -538,6 +565,9 @@ class Planner:
             """The best allowed loop for training ``cfg`` on ``n_train`` GPUs and rollout ``ro``."""
             corr = correction.factor(len(ro.layout.tps))
             ro_s = ro.makespan_s * corr  # the model's prediction times what past steps measured against it
+            load_s = ro.throughput_s * corr  # async continuous generation: the engines' pace at full batches
+            k = k_async
+            cohort_s = self._cohort_s(dp_cohort, ro) * corr if dp_cohort is not None else None
             # a two-bucket layout must win clearly against every one-bucket plan, not only those
             # on its own GPU budget (the DP's rule): ranked with its rollout that much slower
             split_margin = correction.margin(len(ro.layout.tps))
@@ -549,9 +579,9 @@ class Planner:
                 if streaming:
                     base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches, ready)
                 else:
-                    base = step_time(mode, ro_s, train_s, sync)
+                    base = step_time(mode, ro_s, train_s, sync, load_s, k, cohort_s)
                 robust = expected_step_s(mode, streaming, ro_s * split_margin, train_s, sync, finals, self.options.mini_batches, sigma,
-                                         ready)
+                                         ready, load_s * split_margin, k, None if cohort_s is None else cohort_s * split_margin)
                 if mode == "async" and left is not None:
                     # the pipeline's fill (``left`` above): R async steps from a standing start
                     # take about R x max(rollout, train + sync) + min(rollout, train + sync)
@@ -561,7 +591,8 @@ class Planner:
                 trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances, mode)
                 st = base + trans / amortize
                 c = Candidate(n_train, cfg, train_s, ro, sync, trans, st, mode=mode, streaming=streaming, mode_step_s=per_loop,
-                              robust_s=float(robust) + trans / amortize, rollout_factor=corr)
+                              robust_s=float(robust) + trans / amortize, rollout_factor=corr,
+                              cohort_s=float("nan") if cohort_s is None else cohort_s / corr)
                 if best_c is None or c.rank() < best_c.rank():
                     best_c = c
             return best_c
@@ -574,6 +605,9 @@ class Planner:
                 assert ro is not None
                 incumbent = state["incumbent"]  # the best rank key so far (expected step time)
                 ro_robust = float(ro.makespan_s * correction.factor(len(ro.layout.tps)) * factors.mean())  # every loop's step is at least that
+                if any(m == "async" for m, _ in loops):  # async generates continuously: throughput, or the pipeline's share
+                    k_floor = max(1, self.options.max_staleness) + 1
+                    ro_robust = min(ro_robust, max(ro_robust * ro.throughput_s / ro.makespan_s if ro.makespan_s > 0 else 0.0, ro_robust / k_floor))
                 # bound: what the training stage may still take for this split to beat the incumbent
                 budget = incumbent - (0.0 if overlap else ro_robust) - fixed
                 if budget <= 0 or ro_robust >= incumbent:
@@ -634,6 +668,14 @@ class Planner:
     def tree_time(self, cfg: TrainConfig, tokens: int, seq: int) -> float:
         """The training stage of ``cfg``, exactly as the decision tree times its leaves."""
         return float(training_time_fn(self.step_costs, tokens, seq, self.options.kl)(cfg))
+
+    @staticmethod
+    def _cohort_s(dp: RolloutDP, ro: RolloutChoice) -> float:
+        """The model's makespan of ``ro``'s layout running the staleness cycle's K + 1 steps at
+        once (``dp`` holds their statistics); NaN when the layout cannot hold them."""
+        if not ro.counts or min(ro.counts) < 1 or not dp.feasible(ro.layout):
+            return float("nan")
+        return dp.choice_for(ro.layout, list(ro.counts), ro.instances, ro.buckets, ro.n_gpus).makespan_s
 
     def _kept(self, current: Plan | None, dp: RolloutDP, seq_max: int) -> RolloutChoice | None:
         """The in-force plan's rollout, re-predicted on the new statistics, when the plan can be
@@ -747,6 +789,8 @@ class Planner:
                 "rollout_factor": c.rollout_factor,
                 **self.calibration.summary(),
                 "rollout_load_s": c.rollout.load_s,
+                "rollout_throughput_s": c.rollout.throughput_s,
+                "rollout_cohort_s": c.cohort_s,
                 "rollout_critical_path_s": c.rollout.critical_path_s,
                 "bucket_times_s": list(c.rollout.bucket_times_s),
                 "sync_s": c.sync_s,  # weight push; for a colocated plan, the two stage switches + the IPC sync

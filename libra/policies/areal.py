@@ -146,11 +146,12 @@ class HindsightStaticPolicy(StaticPolicy):
     def _sample_bound(self, plan: Plan, steps: Sequence[StepArrays], lats: Sequence[np.ndarray]) -> float:
         """A lower bound of ``_wall(plan, steps)``: each rollout at least its makespan lower bound
         (``libra.planner.bounds``), each training stage and weight sync exactly what the replay
-        charges with noise off (``StepCosts``), and in async mode the best overlap (the rollouts
-        back to back, or the training chain back to back)."""
+        charges with noise off (``StepCosts``), and in async mode the best overlap (the rollouts'
+        work back to back on the engines they share, or the training chain back to back)."""
         sc = self.costs.step
         tp = plan.instances[0].tp if plan.instances else 1
-        rolls = [step_bound(s, lat, self.costs, [tp], plan.n_rollout_gpus).bound_s for s, lat in zip(steps, lats)]
+        bounds = [step_bound(s, lat, self.costs, [tp], plan.n_rollout_gpus) for s, lat in zip(steps, lats)]
+        rolls = [b.bound_s for b in bounds]
         gpus = sc.train_gpus(self.cluster.n_gpus, plan.n_train_gpus, plan.colocated, plan.instances)
         over = (sc.colocated_overhead_s(plan.train, plan.instances) if plan.colocated
                 else sc.weight_sync_s(plan.train, plan.instances, gpus))
@@ -159,8 +160,8 @@ class HindsightStaticPolicy(StaticPolicy):
             tot = s.total_tokens
             seq = int(round(float(tot.mean()))) if s.n else 1
             trains.append(sc.train_s(plan.train, int(tot.sum()), seq, self.kl) + sc.step_fixed_s(s.n) + over)
-        if plan.mode == "async":
-            return max(sum(rolls) + trains[-1], rolls[0] + sum(trains))
+        if plan.mode == "async":  # rollouts overlap on the engines (continuous generation): their work adds up
+            return max(sum(b.work_s for b in bounds) + trains[-1], rolls[0] + sum(trains))
         return sum(rolls) + sum(trains)
 
 
