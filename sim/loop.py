@@ -105,6 +105,11 @@ class SimConfig:
     faults: tuple[Fault, ...] = ()
     gantt_step: int | None = None  # trace step number whose instance Gantt to record
     streaming: bool | None = None  # sync mode: train on completed groups while the tail runs (None: the plan's)
+    #: async: consecutive steps share the engines (continuous generation, as AReaL and NeMo RL run
+    #: it; ``sim.engines``); False: each step's rollout is a batch whose tail gates the next one
+    #: (libra-run's async loop, whose runs are replayed so); the planner prices the same choice
+    #: (``SearchOptions.continuous``)
+    continuous: bool = True
 
     @property
     def staleness_class(self) -> int:
@@ -253,7 +258,7 @@ class Simulator:
             # or recorded Gantt runs on engines it may share with its neighbours; the next step
             # adopts them when its plan keeps the same instances
             eng: Engines | None = None
-            shareable = mode == "async" and not self.cfg.faults and self.cfg.gantt_step != step.step
+            shareable = self.cfg.continuous and mode == "async" and not self.cfg.faults and self.cfg.gantt_step != step.step
             pool_asked = shareable
             if shareable:
                 pool = self.policy.pool(plan)

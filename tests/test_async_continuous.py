@@ -147,3 +147,29 @@ def test_planner_async_price_matches_the_simulated_steady_state(k: int) -> None:
     assert pred == pytest.approx(sim_s, rel=0.10)
     old = max(plan.predicted_rollout_s, plan.predicted_train_s + float(plan.notes["sync_s"]))  # type: ignore[arg-type]
     assert abs(old / sim_s - 1) > 0.3  # the batch-per-step price was far off
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_per_step_generation_is_libra_runs_loop(k: int) -> None:
+    """``SimConfig.continuous`` False (``--async-generation per-step``, how libra-run's async loop
+    runs and is replayed): each step's rollout starts only after the previous one's tail, no
+    engines are shared, and the planner prices that loop (``SearchOptions.continuous``) with the
+    rollout makespan, not the engines' throughput."""
+    from cost_models import CostEvaluator
+    from libra.planner.search import Planner, SearchOptions
+
+    steps = [_long_tail_step(s) for s in range(4)]
+    sim, res = _run(steps, simple_plan(2, 2), mode="async", max_staleness=k, continuous=False)
+    ends = [m.rollout_start_s + m.rollout_makespan_s for m in res.steps]
+    assert all(b.rollout_start_s >= end - 1e-9 for b, end in zip(res.steps[1:], ends))
+    assert all(e is None for e in sim._engines_of)
+    assert all(m.completed == m.n_traj for m in res.steps)
+    _, cont = _run(steps, simple_plan(2, 2), mode="async", max_staleness=k)
+    assert cont.wall_s < res.wall_s  # the shared engines fill the tail
+
+    cl = ClusterSpec(16, "a800", "qwen3-8b")
+    ev = CostEvaluator(gpu="a800", model="qwen3-8b")
+    hist = [make_step(s, 64, seed=3) for s in range(2)]
+    per_step = Planner(cl, ev, SearchOptions(mode="async", max_staleness=k, continuous=False)).search(hist, hist[-1].prompt_tokens)
+    c = per_step.best
+    assert c.mode_step_s["async"] == pytest.approx(max(c.rollout_s, c.train_s + c.sync_s))

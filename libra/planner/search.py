@@ -174,6 +174,10 @@ class SearchOptions:
     amortize_steps: float = 4.0  # a transition is charged 1/amortize_steps per step (see module doc)
     rollout_sigma: float = ROLLOUT_SIGMA  # candidates are ranked by their expected step with the rollout this uncertain (0: the prediction)
     run_steps: int | None = None  # the run's length in steps, when known: async plans pay their pipeline's fill over what is left
+    #: async generates continuously across steps (the simulator's default, AReaL/NeMo RL); False:
+    #: each step's rollout is a batch whose tail gates the next (libra-run's async loop), priced
+    #: max(rollout makespan, train + sync)
+    continuous: bool = True
 
     def __post_init__(self) -> None:
         if self.max_staleness < 0:
@@ -530,7 +534,8 @@ class Planner:
         k_async = self.options.max_staleness
         dp_cohort: RolloutDP | None = None
         prompts = prompt_tokens if prompt_tokens is not None else (history[-1].prompt_tokens if history else None)
-        if any(m == "async" for m, _ in self.options.loop_modes()) and prompts is not None and len(prompts):
+        continuous = self.options.continuous
+        if continuous and any(m == "async" for m, _ in self.options.loop_modes()) and prompts is not None and len(prompts):
             dp_cohort = self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window,
                                                       prior=PriorSpec.of(self.cluster)))
         hits0, miss0 = dp.hits, dp.misses
@@ -565,7 +570,9 @@ class Planner:
             """The best allowed loop for training ``cfg`` on ``n_train`` GPUs and rollout ``ro``."""
             corr = correction.factor(len(ro.layout.tps))
             ro_s = ro.makespan_s * corr  # the model's prediction times what past steps measured against it
-            load_s = ro.throughput_s * corr  # async continuous generation: the engines' pace at full batches
+            # async continuous generation: the engines' pace at full batches (None: the batch loop,
+            # whose makespan stands in, ``step_time``)
+            load_s = ro.throughput_s * corr if continuous else None
             k = k_async
             cohort_s = self._cohort_s(dp_cohort, ro) * corr if dp_cohort is not None else None
             # a two-bucket layout must win clearly against every one-bucket plan, not only those
@@ -581,7 +588,8 @@ class Planner:
                 else:
                     base = step_time(mode, ro_s, train_s, sync, load_s, k, cohort_s)
                 robust = expected_step_s(mode, streaming, ro_s * split_margin, train_s, sync, finals, self.options.mini_batches, sigma,
-                                         ready, load_s * split_margin, k, None if cohort_s is None else cohort_s * split_margin)
+                                         ready, None if load_s is None else load_s * split_margin, k,
+                                         None if cohort_s is None else cohort_s * split_margin)
                 if mode == "async" and left is not None:
                     # the pipeline's fill (``left`` above): R async steps from a standing start
                     # take about R x max(rollout, train + sync) + min(rollout, train + sync)
@@ -605,7 +613,7 @@ class Planner:
                 assert ro is not None
                 incumbent = state["incumbent"]  # the best rank key so far (expected step time)
                 ro_robust = float(ro.makespan_s * correction.factor(len(ro.layout.tps)) * factors.mean())  # every loop's step is at least that
-                if any(m == "async" for m, _ in loops):  # async generates continuously: throughput, or the pipeline's share
+                if continuous and any(m == "async" for m, _ in loops):  # async generates continuously: throughput, or the pipeline's share
                     k_floor = max(1, self.options.max_staleness) + 1
                     ro_robust = min(ro_robust, max(ro_robust * ro.throughput_s / ro.makespan_s if ro.makespan_s > 0 else 0.0, ro_robust / k_floor))
                 # bound: what the training stage may still take for this split to beat the incumbent

@@ -91,6 +91,7 @@ class LibraPolicy:
             window=self.window,
             kl=o.kl,
             run_steps=o.run_steps,
+            continuous=o.continuous,
         )
         self._cluster: ClusterSpec | None = None
         self._ev: CostModel | None = o.ev

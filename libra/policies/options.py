@@ -62,6 +62,7 @@ class PolicyOptions:
     lp_sigma: float = 0.5
     window: int = 3
     run_steps: int | None = None  # the RL run's length in steps, when known (Libra amortizes the async pipeline's fill over it)
+    continuous: bool = True  # async generates continuously across steps (the backend's loop: SimConfig.continuous); False in libra-run
     split: tuple[int, int] | None = None
     rollout_tp: int | None = None
     train_tp: int | None = None

@@ -46,11 +46,13 @@ def make_policy(name: str, cluster: ClusterSpec, ev: Any, seed: int, kl: bool, *
     (``libra.policies.pinned``): the plan it returns is the pinned plan the run executes and
     records; ``run_steps`` the run's length (a plan change is amortized over at most the steps
     left); ``max_staleness`` the staleness class K (0: on-policy loops only; K >= 1: the policy
-    may plan the asynchronous loop, with staleness <= K, as ``libra-sim --max-staleness K``)."""
+    may plan the asynchronous loop, with staleness <= K, as ``libra-sim --max-staleness K``). The
+    async loop it prices is libra-run's: each step's rollout a batch whose tail gates the next
+    (``PolicyOptions.continuous`` False; ``libra-sim --async-generation per-step``)."""
     check_policy(name)
     pin = PlanPin(split, tuple(bucket_bounds) if bucket_bounds else None, per_node)
     return resolve(name, cluster, PolicyOptions(ev=ev, seed=seed, kl=kl, max_staleness=int(max_staleness), streaming=streaming,
-                                                mini_batches=mini_batches, pin=pin, run_steps=run_steps))
+                                                mini_batches=mini_batches, pin=pin, run_steps=run_steps, continuous=False))
 
 
 def plan_shape(plan: Plan) -> tuple[Any, ...]:

@@ -322,8 +322,8 @@ def replay_fidelity(out_dir: str, trace: str, rows: Sequence[dict[str, Any]], de
         cmd += ["--bucket-bounds", ",".join(str(int(b)) for b in bucket_bounds)]
     if seed is not None:
         cmd += ["--seed", str(int(seed))]
-    if max_staleness:
-        cmd += ["--max-staleness", str(int(max_staleness))]
+    if max_staleness:  # libra-run's async loop runs each step's rollout as a batch: replay that loop
+        cmd += ["--max-staleness", str(int(max_staleness)), "--async-generation", "per-step"]
     if kl_coef:
         cmd += ["--kl", repr(float(kl_coef))]
     if max_context:  # the run planned its first step with the prior scaled into its context cap

@@ -52,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--streaming", action=argparse.BooleanOptionalAction, default=None,
                    help="override: sync mode trains (or not, --no-streaming) on completed GRPO groups while the rollout tail runs "
                         "(default: each policy's choice)")
+    p.add_argument("--async-generation", choices=("continuous", "per-step"), default="continuous",
+                   help="async loop: continuous = consecutive steps share the engines, the next step's prompts start "
+                        "while this step's tail decodes (AReaL, NeMo RL; default); per-step = each step's rollout is a "
+                        "batch whose tail gates the next (libra-run's async loop; its fidelity replay uses it)")
     p.add_argument("--tool-kv", choices=("keep", "release"), default="keep", help="KV of a trajectory during a tool call (default keep)")
     p.add_argument("--mini-batches", type=_positive_int, default=4, help="optimizer steps per RL step (gradient-accumulation boundaries)")
     p.add_argument("--steps", default=None, metavar="A:B", help="replay trace steps A..B-1 only")
@@ -321,7 +325,7 @@ def run(args: argparse.Namespace) -> int:
     base = SimConfig(
         mode=args.mode, staleness=args.staleness, kl=args.kl, kv_mode=args.tool_kv, seed=args.seed,
         noise_sigma=args.noise, mini_batches=args.mini_batches, faults=_parse_faults(args.fail_gpu), gantt_step=gantt,
-        streaming=args.streaming, max_staleness=classes[0],
+        streaming=args.streaming, max_staleness=classes[0], continuous=args.async_generation == "continuous",
     )
     from dataclasses import replace as _with
 

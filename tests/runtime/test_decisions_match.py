@@ -142,7 +142,9 @@ def test_async_steps_make_the_same_decisions_in_both_backends(tmp_path) -> None:
     policy = make_policy(cfg.policy, cluster, costs.ev, cfg.seed, cfg.kl_coef > 0, streaming=cfg.streaming, mini_batches=cfg.mini_batches,
                          split=cfg.split_pair(), bucket_bounds=cfg.bucket_bounds, per_node=cfg.per_node, max_staleness=cfg.max_staleness)
     replay = DecisionLog()
-    conf = SimConfig(noise_sigma=0.0, seed=cfg.seed, streaming=cfg.streaming, mini_batches=cfg.mini_batches, max_staleness=cfg.max_staleness)
+    # libra-run's async loop: each step's rollout a batch whose tail gates the next (per-step)
+    conf = SimConfig(noise_sigma=0.0, seed=cfg.seed, streaming=cfg.streaming, mini_batches=cfg.mini_batches, max_staleness=cfg.max_staleness,
+                     continuous=False)
     res = Simulator(steps, recorded(policy, replay), cluster, costs, conf).run()
     assert [m.mode for m in res.steps] == ["async", "async"]
     assert [r["loop"] for r in _csv(os.path.join(out, "steps.csv"))] == ["async", "async"]
