@@ -173,3 +173,28 @@ def test_per_step_generation_is_libra_runs_loop(k: int) -> None:
     per_step = Planner(cl, ev, SearchOptions(mode="async", max_staleness=k, continuous=False)).search(hist, hist[-1].prompt_tokens)
     c = per_step.best
     assert c.mode_step_s["async"] == pytest.approx(max(c.rollout_s, c.train_s + c.sync_s))
+
+
+def test_leaving_async_pays_the_drained_pipeline_and_the_cycle_tail_is_one_steps() -> None:
+    """A sync step after an async one waits for that step's training and sync (``leave_async_s``,
+    charged like a transition); the staleness cycle's statistics take one step's expected
+    longest trajectory as their tail (``tail_of``), as every other loop's price does, not a
+    quantile beyond what the window resolves."""
+    from dataclasses import replace as _replace
+
+    from libra.planner.search import leave_async_s
+    from libra.planner.stats import compute_stats
+
+    plan = simple_plan(2, 2)
+    asy = _replace(plan, mode="async", max_staleness=1, predicted_train_s=30.0, notes={"sync_s": 2.0})
+    assert leave_async_s(asy, "sync") == pytest.approx(32.0)
+    assert leave_async_s(asy, "async") == 0.0 and leave_async_s(None, "sync") == 0.0
+    assert leave_async_s(_replace(plan, mode="sync"), "sync") == 0.0
+    assert leave_async_s(_replace(asy, predicted_train_s=float("nan"), notes={}), "sync") == 0.0
+    hist = [_long_tail_step(s, n=40, seed=s) for s in range(3)]
+    prompts = hist[-1].prompt_tokens
+    cycle = compute_stats(hist, np.tile(prompts, 2), tail_of=len(prompts))
+    wide = compute_stats(hist, np.tile(prompts, 2))
+    one = compute_stats(hist, prompts)
+    assert cycle.tail_context == one.tail_context <= wide.tail_context
+    assert cycle.n_trajectories == wide.n_trajectories == 2 * one.n_trajectories

@@ -345,6 +345,19 @@ def stay_within_tolerance(best: Candidate, cands: Sequence[Candidate], current: 
     return min(kept, key=Candidate.rank) if kept else best
 
 
+def leave_async_s(current: Plan | None, mode: str) -> float:
+    """What a synchronous step right after an async one waits, once: the async step's training
+    and weight sync (predicted), which its rollout would have overlapped. Charged like a
+    transition. Why: without it Libra left async for a streamed sync loop forecast 19.4 s that
+    replayed 43.4 s, the drained pipeline (search-drift, 48 H200, K=1, SIMULATED); entering async
+    already pays its fill (``Planner.search``)."""
+    if current is None or current.mode != "async" or mode == "async":
+        return 0.0
+    train = float(current.predicted_train_s)
+    sync = current.notes.get("sync_s", 0.0)
+    return (train if train == train else 0.0) + (float(sync) if isinstance(sync, (int, float)) else 0.0)
+
+
 def loop_name(mode: str, streaming: bool) -> str:
     """``sync``, ``sync+streaming`` or ``async`` (the name reports and result rows use)."""
     return "async" if mode == "async" else ("sync+streaming" if streaming else "sync")
@@ -536,8 +549,12 @@ class Planner:
         prompts = prompt_tokens if prompt_tokens is not None else (history[-1].prompt_tokens if history else None)
         continuous = self.options.continuous
         if continuous and any(m == "async" for m, _ in self.options.loop_modes()) and prompts is not None and len(prompts):
+            # the cycle's tail is one step's expected longest (``tail_of``), as every other loop's
+            # price has it: the longest of (K + 1) n is a quantile beyond what a 3-step window
+            # resolves (its one runaway sample moved the cycle 20.9 -> 39.7 s in one step, and
+            # Libra left async for a streamed loop that replayed 43 s: search-drift, 48 H200, K=1)
             dp_cohort = self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window,
-                                                      prior=PriorSpec.of(self.cluster)))
+                                                      prior=PriorSpec.of(self.cluster), tail_of=len(prompts)))
         hits0, miss0 = dp.hits, dp.misses
         tokens, seq, seq_max = self.train_shape(stats)
         if not stats.from_prior:
@@ -596,7 +613,7 @@ class Planner:
                     fill = min(ro_s, train_s + sync) / left
                     base, robust = base + fill, robust + fill
                 per_loop[loop_name(mode, streaming)] = float(base)
-                trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances, mode)
+                trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances, mode) + leave_async_s(current, mode)
                 st = base + trans / amortize
                 c = Candidate(n_train, cfg, train_s, ro, sync, trans, st, mode=mode, streaming=streaming, mode_step_s=per_loop,
                               robust_s=float(robust) + trans / amortize, rollout_factor=corr,
@@ -740,7 +757,7 @@ class Planner:
                 return None
             cfg, train_time = tree.best, tree.best_time_s
         switch = self.step_costs.colocated_overhead_s(cfg, ro.instances)
-        trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances)
+        trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances) + leave_async_s(current, "sync")
         train_s = train_time + fixed
         base = ro_s + train_s + switch
         st = base + trans / amortize

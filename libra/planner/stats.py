@@ -166,6 +166,7 @@ def compute_stats(
     edges: np.ndarray | None = None,
     prior_cap: int | None = None,
     prior: PriorSpec | None = None,
+    tail_of: int | None = None,
 ) -> WorkloadStats:
     """Digest the last ``window`` steps of ``history`` for an upcoming step with ``prompt_tokens``.
 
@@ -173,7 +174,9 @@ def compute_stats(
     Per-cell arrays are per-trajectory means times the upcoming trajectory count, so they predict
     the next step's totals; the upcoming prompts replace the history's prompt prefill. ``prior``:
     what is known before any step ran (``PriorSpec.of(cluster)``); ``prior_cap``: a hard context
-    limit (``ClusterSpec.max_context``), used when ``prior`` is not given.
+    limit (``ClusterSpec.max_context``), used when ``prior`` is not given. ``tail_of``: the
+    trajectory count whose expected longest the tail rows stand for (default: the upcoming
+    count; the async staleness cycle's K + 1 steps pass one step's count, ``Planner.search``).
     """
     if not history:
         spec = prior if prior is not None else PriorSpec(max_context=prior_cap)
@@ -181,8 +184,8 @@ def compute_stats(
         prompts = np.asarray(prompt_tokens, np.int64) if prompt_tokens is not None and len(prompt_tokens) else None
         drawn = [prior_step(n, prompts, spec)] + [prior_step(n, prompts, spec, stretch=f) for f in PRIOR_STRETCH]
         grid = edges if edges is not None else cell_edges(max(int(d.total_tokens.max()) for d in drawn))
-        nominal = compute_stats(drawn[:1], prompt_tokens, window, grid)
-        scen = tuple(compute_stats([d], prompt_tokens, window, grid) for d in drawn[1:])
+        nominal = compute_stats(drawn[:1], prompt_tokens, window, grid, tail_of=tail_of)
+        scen = tuple(compute_stats([d], prompt_tokens, window, grid, tail_of=tail_of) for d in drawn[1:])
         h = hashlib.sha1(nominal.digest.encode())
         for sc in scen:
             h.update(sc.digest.encode())
@@ -202,7 +205,7 @@ def compute_stats(
     reach = np.zeros(n_cells)
     n_hist = 0
     tool_lat: dict[str, list[np.ndarray]] = {}
-    tail_q = 1.0 - 1.0 / (n_next + 1)
+    tail_q = 1.0 - 1.0 / ((tail_of if tail_of is not None else n_next) + 1)
     tool_sums = [np.add.reduceat(_latencies(s), s.turn_offsets[:-1]) if s.n and len(s.gen_tokens) else np.zeros(s.n) for s in steps]
     pooled_tools = np.concatenate(tool_sums) if tool_sums else np.zeros(0)
     targets = (
