@@ -21,13 +21,27 @@ adopt them), so nothing is double-booked across the overlapping steps.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sim.instance import Instance, InvariantViolation
 
 if TYPE_CHECKING:  # pragma: no cover
     from libra.planner.plan import RolloutInstance
-    from sim.rollout import RolloutStage
+
+
+class RolloutStage(Protocol):
+    """What the engines need of a step's rollout (``sim.rollout.RolloutStage``): stated here so
+    the engines do not import the stage module that imports them."""
+
+    step: Any  # the step's ``StepArrays`` (its ``n``)
+    overlapped: bool
+    _base: int
+
+    def _turn_end(self, inst: Instance, i: int, ctx: int, now: float) -> None: ...
+    def _seated(self, i: int) -> None: ...
+    def _idle(self, inst: Instance) -> None: ...
+    def _pull(self, inst: Instance) -> bool: ...
+    def _started(self, inst: Instance) -> None: ...
 
 
 def layout(instances: Sequence[RolloutInstance]) -> tuple[tuple[int, int, int, int, int], ...]:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -98,6 +98,20 @@ class RolloutStats:
     @property
     def makespan_s(self) -> float:
         return self.end_s - self.start_s
+
+
+def _add_counts(s: RolloutStats, src: Any, inst: Instance) -> None:
+    """Add ``src``'s counters (an instance's, or one step's share of a shared instance's) to the
+    stage's stats, and ``inst``'s KV peak."""
+    s.gen_tokens += src.gen_tokens
+    s.prefill_tokens += src.prefill_tokens
+    s.preemptions += src.preemptions
+    s.evictions += src.evictions
+    s.queue_wait_s += src.queue_wait_s
+    s.intervals += src.intervals
+    s.busy_gpu_s += src.busy_s * inst.tp
+    if inst.capacity:
+        s.peak_kv_fraction = max(s.peak_kv_fraction, inst.peak_kv / inst.capacity)
 
 
 class RolloutStage:
@@ -523,15 +537,7 @@ class RolloutStage:
                 sh = inst.share(self)
                 if sh.running:
                     raise InvariantViolation(f"instance {inst.id} runs a sequence of step {self.step.step} after its last one finished")
-                s.gen_tokens += sh.gen_tokens
-                s.prefill_tokens += sh.prefill_tokens
-                s.preemptions += sh.preemptions
-                s.evictions += sh.evictions
-                s.queue_wait_s += sh.queue_wait_s
-                s.intervals += sh.intervals
-                s.busy_gpu_s += sh.busy_s * inst.tp
-                if inst.capacity:  # the engines' peak so far (shared by the overlapping steps)
-                    s.peak_kv_fraction = max(s.peak_kv_fraction, inst.peak_kv / inst.capacity)
+                _add_counts(s, sh, inst)  # KV peak: the engines' so far (shared by the overlapping steps)
                 del inst.shares[self]
             self._engines.detach(self)
             if not self.done.triggered:
@@ -540,15 +546,7 @@ class RolloutStage:
         for inst in self.instances.values():  # retired ones included
             if inst.busy:
                 raise InvariantViolation(f"instance {inst.id} busy after the last trajectory finished")
-            s.gen_tokens += inst.gen_tokens
-            s.prefill_tokens += inst.prefill_tokens
-            s.preemptions += inst.preemptions
-            s.evictions += inst.evictions
-            s.queue_wait_s += inst.queue_wait_s
-            s.intervals += inst.intervals
-            s.busy_gpu_s += inst.busy_s * inst.tp
-            if inst.capacity:
-                s.peak_kv_fraction = max(s.peak_kv_fraction, inst.peak_kv / inst.capacity)
+            _add_counts(s, inst, inst)
             if inst.trace is not None:
                 s.gantt.extend((inst.id, inst.tp, a - s.start_s, b - s.start_s, bs) for a, b, bs in inst.trace)
             inst.alive = False
