@@ -288,6 +288,7 @@ def compute_stats(
         h.update(np.ascontiguousarray(arr, np.float64).tobytes())
     h.update(np.round(tail_tool, 3).tobytes())
     h.update(f"{n_next}".encode())
+    by_length = np.argsort(finals, kind="stable")
     return WorkloadStats(
         n_trajectories=n_next,
         edges=edges,
@@ -300,8 +301,8 @@ def compute_stats(
         tail_prefill_tokens=tpre,
         tail_tool_s=tail_tool,
         tail_context=tail_ctx,
-        final_context=finals[np.argsort(finals, kind="stable")],
-        group_final_context=group_finals[np.argsort(finals, kind="stable")],
+        final_context=finals[by_length],
+        group_final_context=group_finals[by_length],
         mean_total_tokens=float(finals.mean()) if len(finals) else 0.0,
         mean_turns=turns_total / max(n_hist, 1),
         tool_latency_median_s=medians,

@@ -192,9 +192,9 @@ def _convert_lines(source: str, workload: str, root: str | os.PathLike[str], out
             lines += 1
             try:
                 run, s, group = load(line, step if runs_per_step is None else unnamed)
-                if s == unnamed and runs_per_step is not None:
-                    s = step + n_unnamed // runs_per_step
-                    n_unnamed += 1
+                cut = s == unnamed and runs_per_step is not None  # counted once the run is converted
+                if cut:
+                    s = step + n_unnamed // runs_per_step  # type: ignore[operator]
                 if group is None or source == "verl":  # verl's group key is the prompt text
                     if group is None:  # the prompt: every message before the first model turn
                         first = next(i for i, m in enumerate(run.messages) if m.role == "assistant")
@@ -209,6 +209,7 @@ def _convert_lines(source: str, workload: str, root: str | os.PathLike[str], out
                 continue
             seen[tid] = line.where
             trajs.append(traj)
+            n_unnamed += cut
             if run.model:
                 models.add(run.model)
     if not trajs:
