@@ -24,7 +24,7 @@ import pytest
 from libra.runtime.grpo import Sample, behaviour_targets, behaviour_weights, grpo_loss
 from libra.runtime.staleness import (StalenessError, TrainLedger, check_fresh, required_version, rollout_may_start, sample_version,
                                      version_stats)
-from runtime_markers import needs_ray
+from runtime_markers import needs_ray, needs_torch
 
 
 # ---- the rules ----------------------------------------------------------------------------------
@@ -131,6 +131,7 @@ def test_pipeline_wait_blocks_until_the_version_is_synced() -> None:
     assert not any(t.name == "libra-async-train" and t.is_alive() for t in threading.enumerate())
 
 
+@needs_torch
 def test_trainer_refuses_a_sample_staler_than_its_own_count() -> None:
     from libra.runtime.tiny_model import model_dir
     from libra.runtime.trainer import Learner
@@ -145,6 +146,7 @@ def test_trainer_refuses_a_sample_staler_than_its_own_count() -> None:
     assert ln.step_done == 4 and st["version"] == 4.0 and 0 < st["behav_weight"] <= ln.behaviour_cap
 
 
+@needs_torch
 def test_behaviour_logprobs_of_the_proximal_policy_give_the_on_policy_update() -> None:
     """Alignment check: a sample whose behaviour log-probs are the trainer's own (an engine on the
     same weights) gets weight 1 on every token, so its update equals the on-policy one; a sample
