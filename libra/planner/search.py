@@ -178,6 +178,10 @@ class SearchOptions:
     #: each step's rollout is a batch whose tail gates the next (libra-run's async loop), priced
     #: max(rollout makespan, train + sync)
     continuous: bool = True
+    #: the first step of a workload of undeclared kind is planned by ``Planner.hedged_search``
+    #: (the loop class of least worst-case regret over the known kinds' priors); False: from the
+    #: default prior alone
+    hedge_unknown_kind: bool = True
 
     def __post_init__(self) -> None:
         if self.max_staleness < 0:
@@ -415,6 +419,46 @@ def streaming_step_s(rollout_s: float, train_s: float, sync_s: float, final_cont
     return t + sync_s
 
 
+def known_kind(spec: PriorSpec) -> bool:
+    """Whether ``spec`` declares a workload kind whose calibrated prior exists (``swe``, ``search``,
+    ``math``: ``libra.trace.workload.WORKLOADS``); a converted agent log (``workload: agent``) or
+    a header without one does not."""
+    from libra.trace.workload import WORKLOADS
+
+    return spec.workload in WORKLOADS
+
+
+def prior_scenarios(spec: PriorSpec) -> list[PriorSpec]:
+    """The priors an undeclared workload may turn out to follow: ``spec`` itself (the default,
+    SWE-agent-like prior) first, then each known kind's, all inside ``spec``'s declared limits."""
+    from libra.trace.workload import WORKLOADS
+
+    return [spec] + [replace(spec, workload=k) for k in sorted(WORKLOADS)]
+
+
+#: A loop class (``loop_class``) as the search's (mode, streaming) pin of a split plan.
+LOOP_OF_CLASS: dict[str, tuple[LoopMode, bool]] = {"sync": ("sync", False), "sync+streaming": ("sync", True), "async": ("async", False)}
+
+
+def loop_class(c: Candidate) -> str:
+    """``time-shared`` for the colocated plan, else the split's loop (``Candidate.loop``)."""
+    return "time-shared" if c.colocated else c.loop
+
+
+def class_prices(cands: Sequence[Candidate]) -> dict[str, float]:
+    """Each loop class's best expected step among ``cands``: the time-shared candidate's rank,
+    and for the splits every loop each candidate priced (``mode_step_s``, without transition)."""
+    out: dict[str, float] = {}
+    for c in cands:
+        if c.colocated:
+            out["time-shared"] = min(out.get("time-shared", float("inf")), c.rank()[0])
+            continue
+        for name, v in c.mode_step_s.items():
+            out[name] = min(out.get(name, float("inf")), float(v))
+        out[c.loop] = min(out.get(c.loop, float("inf")), c.rank()[0])
+    return out
+
+
 @dataclass
 class SearchResult:
     """The best candidate and everything the search looked at."""
@@ -425,6 +469,9 @@ class SearchResult:
     dp_hits: int
     dp_misses: int
     skipped: int = 0  # splits cut by the bound (provably no better than the best)
+    #: a hedged first step (``Planner.hedged_search``): each loop class's worst-case regret over
+    #: the prior scenarios (empty when the step was planned from one prior or from measurements)
+    hedge: dict[str, float] = field(default_factory=dict)
 
 
 class Planner:
@@ -442,6 +489,7 @@ class Planner:
         self.tree = DecisionTree(self.step_costs, gpn, kl=self.options.kl)
         self._dps: dict[str, RolloutDP] = {}
         self._seq_max_seen = 0  # the longest training sequence of any measured step planned from (``search``)
+        self._unbounded = False  # ``hedged_search``: price every split and the time-shared plan, cutting none
         self.calibration = RolloutCalibration()  # measured / predicted rollouts of the steps run (``observe``)
 
     def amortize_over(self, done: int) -> float:
@@ -539,8 +587,75 @@ class Planner:
 
     # ---- the search ----------------------------------------------------------------------------
     def search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None = None) -> SearchResult:
-        """Run the hierarchical search; raises UserError when nothing fits (saying what would)."""
-        stats = compute_stats(history, prompt_tokens, window=self.options.window, prior=PriorSpec.of(self.cluster))
+        """Run the hierarchical search; raises UserError when nothing fits (saying what would).
+
+        The first step of a workload whose kind nobody declared is planned by ``hedged_search``
+        (the loop that is safe whichever known kind it turns out to be); every other search
+        plans from the declared prior or the measured steps alone."""
+        spec = PriorSpec.of(self.cluster)
+        if not history and self.options.hedge_unknown_kind and not known_kind(spec):
+            return self.hedged_search(prompt_tokens, current, spec)
+        return self._search(history, prompt_tokens, current, spec)
+
+    def hedged_search(self, prompt_tokens: np.ndarray | None, current: Plan | None, spec: PriorSpec) -> SearchResult:
+        """The first step's plan when the workload's kind is unknown: the loop class (time-shared,
+        or a split running sync, sync + streaming or async) of least worst-case regret over the
+        prior scenarios (``prior_scenarios``: the default prior and each known kind's prior,
+        inside the declared limits), then the default prior's best plan of that class.
+
+        A class's price in a scenario is that scenario's best candidate of the class (its split,
+        strategy and layout re-chosen for it), its regret the price over the scenario's best.
+        Why: an undeclared prior is a guess, and its errors are not small: a real ReAct log
+        (FireAct HotpotQA, 16 A100, Qwen3-14B, K=1) was forecast from the SWE-like default at
+        350 s of rollout and ran 5.9 s; the default prior chose the time-shared loop (two
+        engine/trainer switches, 12.8 s a step) where every short-rollout scenario wants an
+        async split, and the run paid that step plus a move to async (0.53x of a fixed async
+        split, SIMULATED, held_out_3). What the first step can know is the limits, the prompts
+        and the cluster; the kind stays a hedge until a step has run."""
+        scenarios = prior_scenarios(spec)
+        runs: list[SearchResult] = []
+        self._unbounded = True  # every class priced in every scenario: no branch-and-bound cut
+        try:
+            runs.append(self._search((), prompt_tokens, current, scenarios[0]))  # what fits nothing here is the user's error
+            for s in scenarios[1:]:
+                try:
+                    runs.append(self._search((), prompt_tokens, current, s))
+                except UserError:  # a kind this cluster cannot run at all is no scenario to hedge against
+                    continue
+        finally:
+            self._unbounded = False
+        prices = [class_prices(r.candidates) for r in runs]
+        classes = [c for c in prices[0] if all(c in p for p in prices)]
+        nominal = runs[0]
+        if not classes:
+            return nominal
+        regret = {c: max(p[c] / min(p.values()) for p in prices) for c in classes}
+        pick = min(classes, key=lambda c: (regret[c], prices[0][c]))
+        if pick == loop_class(nominal.best):
+            return replace(nominal, hedge=regret)
+        # the default prior's candidates hold each split's best loop only: the picked loop is
+        # priced on every split by the same search with that loop pinned
+        if pick == "time-shared":
+            of_class = [c for c in nominal.candidates if c.colocated]
+        else:
+            mode, streaming = LOOP_OF_CLASS[pick]
+            saved = self.options
+            try:
+                self.options = replace(saved, mode=mode, streaming=streaming if mode == "sync" else None, colocated=False)
+                pinned = self._search((), prompt_tokens, current, spec)
+            finally:
+                self.options = saved
+            of_class = [c for c in pinned.candidates if loop_class(c) == pick]
+        if not of_class:
+            return replace(nominal, hedge=regret)
+        best = stay_within_tolerance(choose(of_class), of_class, current)
+        return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
+                       hedge=regret)
+
+    def _search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None,
+                spec: PriorSpec) -> SearchResult:
+        """The search proper, planning the first step from the prior ``spec``."""
+        stats = compute_stats(history, prompt_tokens, window=self.options.window, prior=spec)
         dp = self.rollout_dp(stats)
         # async: the staleness cycle's K + 1 steps share the engines (``step_time``); their
         # rollout together is predicted on the same statistics at K + 1 times the trajectories
@@ -554,7 +669,7 @@ class Planner:
             # resolves (its one runaway sample moved the cycle 20.9 -> 39.7 s in one step, and
             # Libra left async for a streamed loop that replayed 43 s: search-drift, 48 H200, K=1)
             dp_cohort = self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window,
-                                                      prior=PriorSpec.of(self.cluster), tail_of=len(prompts)))
+                                                      prior=spec, tail_of=len(prompts)))
         hits0, miss0 = dp.hits, dp.misses
         tokens, seq, seq_max = self.train_shape(stats)
         if not stats.from_prior:
@@ -628,7 +743,9 @@ class Planner:
             for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
                 ro = rollout[n_train]
                 assert ro is not None
-                incumbent = state["incumbent"]  # the best rank key so far (expected step time)
+                # the best rank key so far (expected step time); none while hedging, whose class
+                # prices must not come from splits cut by another class's incumbent
+                incumbent = float("inf") if self._unbounded else state["incumbent"]
                 ro_robust = float(ro.makespan_s * correction.factor(len(ro.layout.tps)) * factors.mean())  # every loop's step is at least that
                 if continuous and any(m == "async" for m, _ in loops):  # async generates continuously: throughput, or the pipeline's share
                     k_floor = max(1, self.options.max_staleness) + 1
@@ -678,7 +795,8 @@ class Planner:
         else:
             visit(self.n_train_grid())
         if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
-            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]), fixed, correction, amortize)
+            co = self._colocated(dp, tokens, seq, seq_max, current, float("inf") if self._unbounded else float(state["incumbent"]),
+                                 fixed, correction, amortize)
             if co is not None:
                 cands.append(co)
         skipped = int(state["skipped"])
