@@ -66,6 +66,23 @@ def test_mini_v1_turns(converted: dict) -> None:
     assert t.turns[0].tool_tokens == estimate_tokens(m[3]["content"]) + MESSAGE_OVERHEAD_TOKENS
 
 
+def test_mini_v1_untagged_fences_are_no_action(tmp_path: Path) -> None:
+    """mini-swe-agent runs only a ```bash fence (its ``action_regex``): code a model quotes in an
+    untagged fence beside it is no second action, so the turn is no format error; a run's
+    recorded ``config.agent.action_regex`` is the one used."""
+    def run(reply: str, config: dict) -> dict:
+        return {"info": {"exit_status": "Submitted", "config": {"agent": config}}, "messages": [
+            {"role": "system", "content": "s"}, {"role": "user", "content": "fix it"},
+            {"role": "assistant", "content": reply}, {"role": "user", "content": "<returncode>0</returncode>"},
+            {"role": "assistant", "content": "```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"},
+            {"role": "user", "content": "diff"}]}
+    quoted = "The bug is here:\n```\nx = 1\n```\nLet me look.\n\n```bash\nsed -n 1,9p a.py\n```"
+    (tmp_path / "a__a-1.traj.json").write_text(json.dumps(run(quoted, {})))
+    (tmp_path / "b__b-1.traj.json").write_text(json.dumps(run("<bash_code>ls -la</bash_code>", {"action_regex": "<bash_code>(.*?)</bash_code>"})))
+    convert_swe_agent(tmp_path, tmp_path / "o.jsonl", tokenizer="estimate")
+    assert [[x.tool for x in t.turns] for t in read_trajectories(tmp_path / "o.jsonl")] == [["sed", None], ["ls", None]]
+
+
 def test_mini_v2_toolcalls(converted: dict) -> None:
     t = converted["by_id"]["pytest-dev__pytest-5227"]
     assert t.finish == "tool_limit"  # LimitsExceeded with api_calls == step_limit
@@ -91,6 +108,20 @@ def test_repeated_instances_get_path_ids(tmp_path: Path) -> None:
     assert res.n_trajectories == 2
     assert [t.id for t in trajs] == ["s0/sympy__sympy-20590/sympy__sympy-20590", "s1/sympy__sympy-20590/sympy__sympy-20590"]
     assert {t.group for t in trajs} == {"sympy__sympy-20590"}
+
+
+def test_runs_per_step_cuts_converted_runs_in_file_order(tmp_path: Path) -> None:
+    """A public SWE-bench run is hundreds of evaluation runs: ``runs_per_step`` cuts the converted
+    ones (the two unreadable fixture files do not count) into steps in sorted file order."""
+    res = convert_swe_agent(FIX, tmp_path / "o.jsonl", step=2, tokenizer="estimate", runs_per_step=3)
+    trajs = read_trajectories(tmp_path / "o.jsonl")
+    assert res.n_trajectories == 4 and len(res.skipped) == 2 and res.steps == [2, 3]
+    assert [t.step for t in trajs] == [2, 2, 2, 3]
+    with pytest.raises(UserError, match="runs-per-step"):
+        convert_swe_agent(FIX, tmp_path / "u.jsonl", runs_per_step=0)
+    out = tmp_path / "c.jsonl"
+    assert main(["convert", "--from", "swe-agent", str(FIX), "-o", str(out), "--runs-per-step", "2", "--tokenizer", "estimate"]) == 0
+    assert sorted(t.step for t in read_trajectories(out)) == [0, 0, 1, 1]
 
 
 def test_nothing_to_convert(tmp_path: Path) -> None:

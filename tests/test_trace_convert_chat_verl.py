@@ -76,6 +76,26 @@ def test_openai_chat_token_counts_render_the_template(chat: dict) -> None:
     assert t.turns[1].gen_tokens == est("The answer is 49.") + MESSAGE_OVERHEAD_TOKENS
 
 
+def test_openai_chat_user_answering_a_text_reply_is_respond(tmp_path: Path) -> None:
+    """A multi-turn chat with a (simulated) user, as tau-bench logs it: an assistant text reply
+    that a user message answers is a ``respond`` turn (outcome ok), not a format error; tool
+    messages after a reply without calls still are; the closing user message is not context."""
+    msgs = [{"role": "system", "content": "You are an airline agent."}, {"role": "user", "content": "Cancel my trip."},
+            {"role": "assistant", "content": "Your user id?"}, {"role": "user", "content": "mia_li_3668, error-free!"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_user_details", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "{}"},
+            {"role": "assistant", "content": "Done."}, {"role": "tool", "content": "stray"},
+            {"role": "assistant", "content": "Anything else?"}, {"role": "user", "content": "###STOP###"}]
+    src = tmp_path / "tau.jsonl"
+    src.write_text(json.dumps({"id": "t0", "group": 0, "reward": 1.0, "messages": msgs}) + "\n")
+    convert_openai_chat(src, tmp_path / "t.jsonl", tokenizer="estimate")
+    (t,) = read_trajectories(tmp_path / "t.jsonl")
+    assert [(x.tool, x.outcome) for x in t.turns] == [
+        ("respond", "ok"), ("get_user_details", "ok"), ("format_error", "error"), (None, None)]
+    assert t.turns[0].tool_tokens == get_counter("estimate").message("mia_li_3668, error-free!")
+
+
 def test_verl_split_at_the_markers() -> None:
     out = ('a<tool_call>{"name": "py", "arguments": {}}</tool_call>user\n<tool_response>1</tool_response>\nassistant\n'
            'b<tool_call>{"name": "py"}</tool_call>\n<tool_call>{"name": "other"}</tool_call>'

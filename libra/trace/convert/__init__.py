@@ -102,15 +102,20 @@ def convert_swe_agent(
     step: int = 0,
     tokenizer: str = "auto",
     reports: Iterable[str | os.PathLike[str]] = (),
+    runs_per_step: int | None = None,
 ) -> ConvertResult:
     """Convert every run under ``root`` into trajectories of RL step ``step`` and write them.
 
     Rewards come from ``reports`` plus any ``results.json``/``report.json`` found under
-    ``root``, else from a ``resolved`` field in the run's info, else null. Raises ``UserError``
-    when nothing could be converted.
+    ``root``, else from a ``resolved`` field in the run's info, else null. ``runs_per_step`` N:
+    cut the converted runs, in (sorted) file order, into steps of N from ``step`` on, as for the
+    JSONL formats: a public SWE-bench run is hundreds of evaluation runs, not one RL step.
+    Raises ``UserError`` when nothing could be converted.
     """
     if step < 0:
         raise UserError(f"--step must be >= 0, got {step}")
+    if runs_per_step is not None and runs_per_step < 1:
+        raise UserError(f"--runs-per-step must be >= 1, got {runs_per_step}")
     base = Path(root)
     files = find_trajectory_files(base)
     if not files:
@@ -129,8 +134,9 @@ def convert_swe_agent(
     for run, tid in zip(runs, _ids(base, runs)):
         if run.instance_id in rewards:
             run.reward = rewards[run.instance_id]
+        s = step if runs_per_step is None else step + len(trajs) // runs_per_step  # converted runs only
         try:
-            trajs.append(run_to_trajectory(run, counter, tid, step, run.instance_id))
+            trajs.append(run_to_trajectory(run, counter, tid, s, run.instance_id))
         except SkipRun as why:
             skipped.append((run.path, str(why)))
     if not trajs:

@@ -15,7 +15,9 @@ One conversation per JSONL line, either a JSON list of messages or an object::
   each assistant message is a turn (consecutive ones are one generation); ``tool`` messages
   (and ``user`` messages between turns: environment feedback) are the tool return;
 * the turn's tool is the first tool call's function name (a legacy ``function_call`` too); an
-  assistant message followed by tool messages but without calls is ``format_error``;
+  assistant message followed by tool messages but without calls is ``format_error``; one without
+  calls answered by a ``user`` message is a reply to a (simulated) user, tool ``respond``
+  (tau-bench's action name for it), outcome ok: the user's answer is its return;
 * per-tool latency, when recorded: ``latency_s``, ``tool_latency_s``, ``duration_s`` or
   ``duration_ms`` on the tool message (several results of one turn: their sum) or on the call;
 * outcome, when recorded: ``outcome`` (ok/error/timeout), ``is_error``/``error`` (bool),
@@ -45,6 +47,9 @@ from libra.trace.records import FINISHES, Finish
 _PROMPT_ROLES = ("system", "developer", "user")
 _FINISH_REASONS: dict[str, Finish] = {"tool_calls": "tool_limit", "function_call": "tool_limit", "content_filter": "abort"}
 _OUTCOMES = ("ok", "error", "timeout")
+#: Tool of an assistant turn without tool calls that a ``user`` message answers: a multi-turn chat
+#: with a (simulated) user, as in tau-bench, whose agents name this action ``respond``.
+RESPOND_TOOL = "respond"
 
 
 def _number(x: Any) -> float | None:
@@ -147,6 +152,8 @@ def load_conversation(line: Line, default_step: int) -> tuple[AgentRun, int, str
                 finish = _finish(m["finish_reason"], f"messages[{k}].finish_reason")
         elif role == "tool" or role == "function" or (role in ("user", "ipython") and seen_assistant):
             outcome, rc = _outcome(m, f"messages[{k}]") if role != "user" else (None, None)
+            if role == "user" and messages[-1].role == "assistant" and messages[-1].command is None:
+                messages[-1].command, outcome = RESPOND_TOOL, "ok"  # the user answers a text reply
             shown = f"<tool_response>\n{text}\n</tool_response>" if role != "user" else text
             messages.append(Message("tool" if role != "user" else "user", shown, latency_s=_latency(m), outcome=outcome, returncode=rc))
         elif role in _PROMPT_ROLES:

@@ -14,7 +14,8 @@ Formats (read from the projects' own save code, SWE-agent 1.x and mini-swe-agent
 * **mini-swe-agent** ``.traj.json``: ``{"info": {"exit_status", "submission", "model_stats",
   "config"}, "messages": [...], "trajectory_format": "mini-swe-agent-1"|"mini-swe-agent-1.1"}``.
   v1 messages are ``{role, content}``; actions are the fenced ``bash``/``mswea_bash_command``
-  block of an assistant message. v2 messages are the model's native messages plus ``extra``:
+  block of an assistant message (mini's own regex, or the run's ``config.agent.action_regex``;
+  an untagged fence is no action). v2 messages are the model's native messages plus ``extra``:
   ``tool_calls`` (``{"command": ...}`` arguments) or ``extra.actions``, tool messages with
   ``extra.returncode``/``timestamp``, and a final ``{"role": "exit", "extra": {"exit_status"}}``.
 
@@ -36,7 +37,10 @@ from libra.trace.convert.chat import AgentRun, Message, SkipRun, content_text
 from libra.trace.records import Finish
 
 SUFFIXES: tuple[str, ...] = (".traj.json", ".traj")
-_FENCE = re.compile(r"```(?:bash|sh|shell|mswea_bash_command)?[ \t]*\n(.*?)\n```", re.DOTALL)
+#: mini-swe-agent's own action regexes (v1 ``bash``, v2 ``mswea_bash_command`` fences): an untagged
+#: fence is no action (models quote code in their thoughts with it), a run's recorded
+#: ``config.agent.action_regex`` replaces this one.
+_FENCE = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.DOTALL)
 
 
 def instance_id_of(path: Path) -> str:
@@ -157,9 +161,22 @@ def _load_swe_agent(path: Path, data: dict[str, Any]) -> AgentRun:
                     model)
 
 
+def _action_regex(info: dict[str, Any]) -> re.Pattern[str]:
+    """The run's own ``config.agent.action_regex`` when it recorded one that compiles, else ``_FENCE``."""
+    agent = (info.get("config") or {}).get("agent") if isinstance(info.get("config"), dict) else None
+    pattern = agent.get("action_regex") if isinstance(agent, dict) else None
+    if isinstance(pattern, str) and pattern:
+        try:
+            return re.compile(pattern, re.DOTALL)
+        except re.error:
+            pass
+    return _FENCE
+
+
 def _load_mini(path: Path, data: dict[str, Any]) -> AgentRun:
     info = data.get("info") if isinstance(data.get("info"), dict) else {}
     status = info.get("exit_status")
+    fence = _action_regex(info)
     messages: list[Message] = []
     for m in data.get("messages") or []:
         if not isinstance(m, dict):
@@ -178,7 +195,7 @@ def _load_mini(path: Path, data: dict[str, Any]) -> AgentRun:
             if isinstance(actions, list) and actions and isinstance(actions[0], dict) and isinstance(actions[0].get("command"), str):
                 command = actions[0]["command"]
             if command is None:
-                found = _FENCE.findall(text)
+                found = fence.findall(text)
                 command = found[0].strip() if len(found) == 1 else None
             msg.text = f"{text}\n{call_text}" if call_text else text
             msg.command = command
