@@ -218,8 +218,8 @@ class RolloutStage:
                     engines.instances[ri.id] = inst
                 if costs.kv_capacity(ri.tp) <= 0:
                     raise SimulationError(f"plan has a TP={ri.tp} rollout instance but the model's weights do not fit in {ri.tp} GPU(s); use a larger TP")
-                if record_gantt:
-                    inst.trace = []
+            if record_gantt and inst.trace is None:  # shared engines: from this stage's start on (observing changes nothing)
+                inst.trace = []
             self.instances[ri.id] = inst
             self._by_bucket.setdefault(ri.bucket, []).append(inst)
         if engines is not None:
@@ -538,6 +538,9 @@ class RolloutStage:
                 if sh.running:
                     raise InvariantViolation(f"instance {inst.id} runs a sequence of step {self.step.step} after its last one finished")
                 _add_counts(s, sh, inst)  # KV peak: the engines' so far (shared by the overlapping steps)
+                if self.record_gantt and inst.trace is not None:  # the engines' batches while this step ran (every step's sequences)
+                    s.gantt.extend((inst.id, inst.tp, max(a, s.start_s) - s.start_s, b - s.start_s, bs) for a, b, bs in inst.trace if b > s.start_s)
+                    inst.trace = None
                 del inst.shares[self]
             self._engines.detach(self)
             if not self.done.triggered:
