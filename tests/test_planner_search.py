@@ -106,6 +106,7 @@ def test_search_equals_brute_force(ev: CostEvaluator, mode: str) -> None:
     res = planner.search(hist, hist[-1].prompt_tokens)
     dp = planner.rollout_dp(res.stats)
     tokens, seq, seq_max = planner.train_shape(res.stats)
+    seq_max = planner.train_memory_length(tokens, seq, seq_max)  # the memory length the search holds strategies to
     by_split = {c.n_train: c for c in res.candidates}
     brute_best = float("inf")
     for n_train in range(1, 12):

@@ -283,6 +283,24 @@ class DecisionTree:
         self.hits = 0
         self.misses = 0
 
+    def memory_length(self, n_gpus: int, tokens: int, seq_len: int, seen: int, declared: int | None) -> int:
+        """The sequence length a training strategy must hold in memory: the workload's declared
+        context limit when one is declared and some strategy on ``n_gpus`` holds it, else the
+        longest sequence ``seen`` (measured, or the prior's tail).
+
+        Why: a sequence as long as the declared limit may come in any step, and a real trainer
+        sized for shorter ones runs out of memory on it (verl sizes its token budget per GPU
+        from max_prompt_length + max_response_length); the simulator charges no OOM, so a plan
+        sized below the limit ran strategies no real run could (verl-static-uniform trained a
+        never-lose SWE trace with TP 1, no recompute, checked at its prior's 7K-token sequences,
+        where the trace's reached 16K: 130 s per step against 157 s for a strategy that holds
+        16K, SIMULATED). When nothing holds the limit on ``n_gpus`` the seen length stands (the
+        run then depends on its sequences staying shorter, as a real one would)."""
+        if declared is None or declared <= seen:
+            return seen
+        cap = int(-(-declared // 256) * 256)
+        return cap if self.best(n_gpus, tokens, seq_len, cap).best is not None else seen
+
     def best(self, n_gpus: int, tokens: int, seq_len: int, seq_len_memory: int, budget_s: float = float("inf")) -> TreeResult:
         """The tree for ``n_gpus`` for a step of ``tokens`` tokens; leaves no faster than
         ``budget_s`` may be cut. A memoized walk is reused when it is exact for this budget: its

@@ -419,6 +419,13 @@ def streaming_step_s(rollout_s: float, train_s: float, sync_s: float, final_cont
     return t + sync_s
 
 
+def declared_context(cluster: ClusterSpec) -> int | None:
+    """The context length training memory must hold (``DecisionTree.memory_length``): the run's
+    declared limit (``ClusterSpec.max_context``); None when it declares none (then the longest
+    sequence seen, or the prior's, stands for Libra and the baselines alike)."""
+    return int(cluster.max_context) if cluster.max_context is not None else None
+
+
 def known_kind(spec: PriorSpec) -> bool:
     """Whether ``spec`` declares a workload kind whose calibrated prior exists (``swe``, ``search``,
     ``math``: ``libra.trace.workload.WORKLOADS``); a converted agent log (``workload: agent``) or
@@ -563,6 +570,12 @@ class Planner:
         seq_max = max(seq, int(-(-max(stats.tail_context, 1) // 256) * 256))
         return tokens, seq, seq_max
 
+    def train_memory_length(self, tokens: int, seq: int, seen: int) -> int:
+        """The sequence length every training strategy the search prices must hold in memory:
+        the run's declared context limit (``declared_context``) when a strategy on the most
+        training GPUs holds it, else the longest ``seen`` (``DecisionTree.memory_length``)."""
+        return self.tree.memory_length(self.cluster.train_gpu_cap, tokens, seq, seen, declared_context(self.cluster))
+
     def max_split_train(self) -> int:
         """The most GPUs a split may give training: all but one (rollout needs a GPU), and no
         more than the training backend can use (``ClusterSpec.max_train_gpus``)."""
@@ -679,6 +692,9 @@ class Planner:
             # a re-shard each way, 14 s, SIMULATED); a sequence that long was seen, so it can recur
             seq_max = max(seq_max, self._seq_max_seen)
             self._seq_max_seen = seq_max
+        # and at the longest context the run may bring (its declared limit) when some strategy
+        # holds it: the baselines are held to the same
+        seq_max = self.train_memory_length(tokens, seq, seq_max)
         fixed = self.step_costs.step_fixed_s(stats.n_trajectories)  # reward/advantage/data bookkeeping
         cands: list[Candidate] = []
         N = self.cluster.n_gpus

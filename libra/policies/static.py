@@ -34,6 +34,7 @@ from libra.planner.packing import place
 from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
 from libra.planner.rollout_costs import RolloutCosts
 from libra.policies.options import PolicyOptions
+from libra.planner.search import declared_context
 from libra.policies.prior import PRIOR_GEN_TOKENS, PRIOR_MAX_CONTEXT, PRIOR_TOOL_TOKENS, PRIOR_TURNS, prior_step
 from libra.pool.base import PoolPolicy
 from libra.scheduling.base import RolloutScheduler
@@ -203,6 +204,11 @@ class StaticPolicy:
         steps, basis, max_context = self._basis(prompt_tokens)
         tokens, seq_len, seq_max = _train_shape([s for s, _ in steps])
         n = self.cluster.n_gpus
+        # memory holds the longest context the run may bring, as Libra's planner's does
+        # (``DecisionTree.memory_length``: the declared limit, when one is declared), checked on
+        # the most training GPUs any of its plans has; hindsight knows lengths, not what may come
+        seq_max = ch.tree.memory_length(ch.train_gpus(min(self._splits(ch)) if not self.colocated else n, self.colocated),
+                                        tokens, max(seq_len, 1), seq_max, declared_context(self.cluster))
         sc = self.costs.step  # the prices the replay charges (libra.planner.step_costs)
         fixed = sc.step_fixed_s(round(sum(s.n for s, _ in steps) / len(steps)))
         cands: list[tuple[float, int, int, TrainConfig, float, float, str]] = []
