@@ -35,11 +35,12 @@ def test_plan_with_a_declared_limit_that_does_not_fit_names_max_context(capsys: 
 
 
 def test_a_colocated_plan_prints_colocated_not_two_full_pools(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--gpus", "64", "--gpu", "h100", "--model", "qwen3-14b"]) == 0
+    # the 32B: its hedged first step (no kind declared) is time-shared; the 14B's is a streamed split
+    assert main(["plan", "--gpus", "64", "--gpu", "h100", "--model", "qwen3-32b"]) == 0
     out = capsys.readouterr().out
     assert "split: colocated: rollout and training time-share all 64 GPUs" in out
     assert "64 rollout GPUs, 64 training GPUs" not in out
-    assert main(["plan", "--gpus", "64", "--gpu", "h100", "--model", "qwen3-14b", "--json"]) == 0
+    assert main(["plan", "--gpus", "64", "--gpu", "h100", "--model", "qwen3-32b", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["split"]["colocated"] is True
 
 

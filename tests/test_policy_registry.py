@@ -131,6 +131,6 @@ def test_policyglue_builds_what_the_registry_builds(costs) -> None:  # type: ign
     for name in ("libra", "verl-static-uniform", "verl-colocated"):
         via_glue = make_policy(name, CLUSTER, costs.ev, 0, False).plan(CLUSTER, (), prompts)
         direct = resolve(name, CLUSTER, ev=costs.ev).plan(CLUSTER, (), prompts)
-        assert via_glue == direct
+        assert repr(via_glue) == repr(direct)  # (a split plan's notes hold NaN, which no NaN equals)
     with pytest.raises(UserError, match="true future"):
         make_policy("hindsight-routing", CLUSTER, costs.ev, 0, False)

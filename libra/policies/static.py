@@ -207,12 +207,13 @@ class StaticPolicy:
         # memory holds the longest context the run may bring, as Libra's planner's does
         # (``DecisionTree.memory_length``: the declared limit, when one is declared), checked on
         # the most training GPUs any of its plans has; hindsight knows lengths, not what may come
-        seq_max = ch.tree.memory_length(ch.train_gpus(min(self._splits(ch)) if not self.colocated else n, self.colocated),
-                                        tokens, max(seq_len, 1), seq_max, declared_context(self.cluster))
+        splits = [n] if self.colocated else self._splits(ch)
+        if splits:
+            seq_max = ch.tree.memory_length(ch.train_gpus(min(splits), self.colocated), tokens, max(seq_len, 1), seq_max,
+                                            declared_context(self.cluster))
         sc = self.costs.step  # the prices the replay charges (libra.planner.step_costs)
         fixed = sc.step_fixed_s(round(sum(s.n for s, _ in steps) / len(steps)))
         cands: list[tuple[float, int, int, TrainConfig, float, float, str]] = []
-        splits = [n] if self.colocated else self._splits(ch)
         tried: list[str] = []
         for r in splits:
             t_gpus = ch.train_gpus(r, self.colocated)
