@@ -453,16 +453,13 @@ def loop_class(c: Candidate) -> str:
 
 
 def class_prices(cands: Sequence[Candidate]) -> dict[str, float]:
-    """Each loop class's best expected step among ``cands``: the time-shared candidate's rank,
-    and for the splits every loop each candidate priced (``mode_step_s``, without transition)."""
+    """Each loop class's best predicted step among ``cands``, every class on the same measure:
+    the step each candidate priced for each loop it allows (``mode_step_s``, no transition)."""
     out: dict[str, float] = {}
     for c in cands:
-        if c.colocated:
-            out["time-shared"] = min(out.get("time-shared", float("inf")), c.rank()[0])
-            continue
         for name, v in c.mode_step_s.items():
-            out[name] = min(out.get(name, float("inf")), float(v))
-        out[c.loop] = min(out.get(c.loop, float("inf")), c.rank()[0])
+            key = "time-shared" if c.colocated else name
+            out[key] = min(out.get(key, float("inf")), float(v))
     return out
 
 
@@ -496,7 +493,6 @@ class Planner:
         self.tree = DecisionTree(self.step_costs, gpn, kl=self.options.kl)
         self._dps: dict[str, RolloutDP] = {}
         self._seq_max_seen = 0  # the longest training sequence of any measured step planned from (``search``)
-        self._unbounded = False  # ``hedged_search``: price every split and the time-shared plan, cutting none
         self.calibration = RolloutCalibration()  # measured / predicted rollouts of the steps run (``observe``)
 
     def amortize_over(self, done: int) -> float:
@@ -626,17 +622,13 @@ class Planner:
         split, SIMULATED, held_out_3). What the first step can know is the limits, the prompts
         and the cluster; the kind stays a hedge until a step has run."""
         scenarios = prior_scenarios(spec)
-        runs: list[SearchResult] = []
-        self._unbounded = True  # every class priced in every scenario: no branch-and-bound cut
-        try:
-            runs.append(self._search((), prompt_tokens, current, scenarios[0]))  # what fits nothing here is the user's error
-            for s in scenarios[1:]:
-                try:
-                    runs.append(self._search((), prompt_tokens, current, s))
-                except UserError:  # a kind this cluster cannot run at all is no scenario to hedge against
-                    continue
-        finally:
-            self._unbounded = False
+        # every class priced in every scenario: no branch-and-bound cut (``bound=False``)
+        runs = [self._search((), prompt_tokens, current, scenarios[0], bound=False)]  # what fits nothing here is the user's error
+        for s in scenarios[1:]:
+            try:
+                runs.append(self._search((), prompt_tokens, current, s, bound=False))
+            except UserError:  # a kind this cluster cannot run at all is no scenario to hedge against
+                continue
         prices = [class_prices(r.candidates) for r in runs]
         classes = [c for c in prices[0] if all(c in p for p in prices)]
         nominal = runs[0]
@@ -666,8 +658,10 @@ class Planner:
                        hedge=regret)
 
     def _search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None,
-                spec: PriorSpec) -> SearchResult:
-        """The search proper, planning the first step from the prior ``spec``."""
+                spec: PriorSpec, bound: bool = True) -> SearchResult:
+        """The search proper, planning the first step from the prior ``spec``. ``bound`` False:
+        no split and no time-shared plan is cut by the incumbent (``hedged_search`` compares loop
+        classes, whose prices must not come from splits cut by another class's incumbent)."""
         stats = compute_stats(history, prompt_tokens, window=self.options.window, prior=spec)
         dp = self.rollout_dp(stats)
         # async: the staleness cycle's K + 1 steps share the engines (``step_time``); their
@@ -759,9 +753,7 @@ class Planner:
             for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
                 ro = rollout[n_train]
                 assert ro is not None
-                # the best rank key so far (expected step time); none while hedging, whose class
-                # prices must not come from splits cut by another class's incumbent
-                incumbent = float("inf") if self._unbounded else state["incumbent"]
+                incumbent = state["incumbent"] if bound else float("inf")  # the best rank key so far (expected step time)
                 ro_robust = float(ro.makespan_s * correction.factor(len(ro.layout.tps)) * factors.mean())  # every loop's step is at least that
                 if continuous and any(m == "async" for m, _ in loops):  # async generates continuously: throughput, or the pipeline's share
                     k_floor = max(1, self.options.max_staleness) + 1
@@ -811,7 +803,7 @@ class Planner:
         else:
             visit(self.n_train_grid())
         if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
-            co = self._colocated(dp, tokens, seq, seq_max, current, float("inf") if self._unbounded else float(state["incumbent"]),
+            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]) if bound else float("inf"),
                                  fixed, correction, amortize)
             if co is not None:
                 cands.append(co)

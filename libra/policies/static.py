@@ -33,8 +33,8 @@ from libra.planner.decision_tree import DecisionTree, enumerate_strategies, trai
 from libra.planner.packing import place
 from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
 from libra.planner.rollout_costs import RolloutCosts
-from libra.policies.options import PolicyOptions
 from libra.planner.search import declared_context
+from libra.policies.options import PolicyOptions
 from libra.policies.prior import PRIOR_GEN_TOKENS, PRIOR_MAX_CONTEXT, PRIOR_TOOL_TOKENS, PRIOR_TURNS, prior_step
 from libra.pool.base import PoolPolicy
 from libra.scheduling.base import RolloutScheduler
