@@ -45,6 +45,7 @@ from libra.trace.columnar import StepArrays  # noqa: E402
 from libra.trace.records import Trajectory, Turn  # noqa: E402
 from sim.costs import load_costs  # noqa: E402
 from sim.loop import SimConfig  # noqa: E402
+from sim.metrics import RunResult  # noqa: E402
 from sim.replay import replay_policy  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data" / "published_runs"
@@ -180,9 +181,11 @@ def synthetic_step(r: Replay, step: int, seed: int) -> StepArrays:
     return StepArrays.from_trajectories(step, trajs)
 
 
-def replay_row(r: Replay, seed: int = 0) -> dict[str, float]:
-    """Predicted seconds per published stage (steady state: the first step dropped when more
-    than one ran)."""
+def replay(r: Replay, seed: int = 0) -> RunResult:
+    """The simulated run of ``r`` (every step, SIMULATED): its layout pinned, noise off, and an
+    asynchronous row run at its own staleness. ``verl-static-uniform`` alone plans verl's
+    one-step-off loop (staleness 1) in any class K, so a K-steps-off run (NeMo RL's 8 steps off)
+    must ask for K: ``max_staleness`` only allows it."""
     # the run's declared limits, as a trace header would give them: without them a baseline's
     # memory check assumes 64K-token sequences and picks ZeRO-3 + recompute for layouts the run
     # ran without (Qwen3-32B TP4 PP4: 170 s instead of 71 s of update)
@@ -191,7 +194,8 @@ def replay_row(r: Replay, seed: int = 0) -> dict[str, float]:
     costs = load_costs(r.gpu, r.model_arg())
     steps = [synthetic_step(r, s, seed) for s in range(r.steps)]
     cfg = SimConfig(noise_sigma=0.0, seed=seed, kl=0.1 if r.kl else 0.0, max_staleness=r.max_staleness,
-                    mode="async" if r.max_staleness else None, mini_batches=r.mini_batches)
+                    staleness=r.max_staleness or None, mode="async" if r.max_staleness else None,
+                    mini_batches=r.mini_batches)
     opts: dict[str, object] = dict(rollout_tp=r.rollout_tp, train_tp=r.train_tp, train_pp=r.train_pp)
     if r.train_ep:
         opts["train_ep"] = r.train_ep
@@ -199,6 +203,13 @@ def replay_row(r: Replay, seed: int = 0) -> dict[str, float]:
         res = replay_policy(steps, "verl-colocated", cluster, cfg, costs=costs, **opts)
     else:
         res = replay_policy(steps, "verl-static-uniform", cluster, cfg, costs=costs, split=r.split, **opts)
+    return res
+
+
+def replay_row(r: Replay, seed: int = 0) -> dict[str, float]:
+    """Predicted seconds per published stage (steady state: the first K + 1 steps dropped when
+    more than that ran)."""
+    res = replay(r, seed)
     skip = 1 + r.max_staleness  # the pipeline fills over the first K + 1 steps
     ms = res.steps[skip:] if len(res.steps) > skip else res.steps[-1:]
     mean = lambda f: float(np.mean([getattr(m, f) for m in ms]))  # noqa: E731
