@@ -132,3 +132,17 @@ def test_uneven_pipeline_stages_are_priced_at_the_heaviest_stage() -> None:
     assert t[4] < t[3] < t[2]
     mem = {pp: ev.train_memory(TS(2, pp, 1, zero_stage=1), 4096).breakdown["weights"] for pp in (2, 3, 4)}
     assert mem[4] < mem[3] < mem[2]
+
+
+def test_a_rounded_mean_length_counts_the_steps_sequences() -> None:
+    """Callers pass a step's tokens and its mean sequence length rounded to a token. 256
+    sequences of mean 2,919.02 tokens are 256 sequences, not 257: with ``ceil`` the 257th put a
+    ninth sequence on some of 32 ranks, a fifth round of micro-batches of 2 (update 21.2 -> 26.5 s
+    on A100, Qwen3-14B), so a step's training time jumped with how its mean happened to round."""
+    ev = CostEvaluator("a100", "qwen3-14b")
+    s = TS(1, 1, 32, zero_stage=3, micro_batch=2, recompute=True)
+    exact = ev.train_iter_s(s, 256 * 2919, 2919)
+    assert ev.train_iter_s(s, 256 * 2919 + 5, 2919) == pytest.approx(exact, rel=1e-3)
+    assert ev.forward_s(s, 256 * 2919 + 5, 2919) == pytest.approx(ev.forward_s(s, 256 * 2919, 2919), rel=1e-3)
+    # a 257th whole sequence is still one more round
+    assert ev.train_iter_s(s, 257 * 2919, 2919) > 1.1 * exact

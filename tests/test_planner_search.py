@@ -479,3 +479,16 @@ def test_the_plan_in_force_is_always_a_candidate_as_it_is() -> None:
     kept = [c for c in res.candidates if c.train == running.train and c.rollout.instances == running.instances]
     assert kept and kept[0].transition_s == 0.0
     assert res.best.rank()[0] <= kept[0].rank()[0]
+
+
+def test_train_shape_keeps_the_step_s_sequence_count(ev: CostEvaluator) -> None:
+    """The planner rounds a step's tokens (memo keys) but prices as many sequences as the step
+    has: tokens / mean length is the trajectory count. Rounding the mean to 128 on its own had
+    priced 263 sequences for a 256-trajectory step (an extra round of micro-batches at 32 GPUs),
+    where the simulator charges 256."""
+    planner = Planner(ClusterSpec(16, "a100", "qwen3-14b"))
+    for median in (2441, 2919):
+        hist = make_history(2, n=256, median=median)
+        res = planner.search(hist, hist[-1].prompt_tokens)
+        tokens, seq, _ = planner.train_shape(res.stats)
+        assert round(tokens / seq) == res.stats.n_trajectories

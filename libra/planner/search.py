@@ -557,12 +557,16 @@ class Planner:
     def train_shape(self, stats: WorkloadStats) -> tuple[int, int, int]:
         """(tokens, mean seq len, longest seq len) the training stage is predicted for, rounded
         so memo keys repeat across similar steps: tokens up to 1/64 of a power of two, the mean
-        length to the nearest 128 (an unbiased time estimate), the longest up to 256 (memory is
-        checked conservatively)."""
-        tokens = max(1, int(stats.n_trajectories * stats.mean_total_tokens))
+        length as those tokens over the step's trajectories (so that ``tokens / seq`` is the
+        number of sequences the ranks share: training time steps with it, ``ceil(per rank /
+        micro-batch)`` rounds, and a mean rounded to 128 on its own had counted 263 sequences
+        in a 256-trajectory step, a whole extra round of micro-batches at 32 GPUs), the longest
+        up to 256 (memory is checked conservatively)."""
+        n = max(1, int(stats.n_trajectories))
+        tokens = max(1, int(n * stats.mean_total_tokens))
         q = 1 << max(0, tokens.bit_length() - 6)
         tokens = -(-tokens // q) * q
-        seq = max(128, int(round(stats.mean_total_tokens / 128)) * 128)
+        seq = max(1, int(round(tokens / n)))
         seq_max = max(seq, int(-(-max(stats.tail_context, 1) // 256) * 256))
         return tokens, seq, seq_max
 
