@@ -290,7 +290,13 @@ def choose(cands: Sequence[Candidate]) -> Candidate:
     longer stage: 14:18 over 16:16 on 32 H100s, 46.5 s against 45.0 s per step); ``rollout /
     chain`` alone (it prefers a longer chain at an equal rollout); filtering the near ones by their
     deterministic pace ``max(rollout, chain)`` (it overrode the expected step that prices the
-    cliff: a rollout-bound 24:24 over a training-bound 28:20 on the bundled Search-R1 trace)."""
+    cliff: a rollout-bound 24:24 over a training-bound 28:20 on the bundled Search-R1 trace).
+    Measured again in session 10 on the five seen grids (158 configurations, SIMULATED), against
+    this rule: the best-ranked near candidate, and the middle split of the near ones; Libra's
+    geometric mean moved 0.9996x and 1.0003x, losses (of 158) 12 -> 12 and 12 -> 10, the worst row
+    0.940 -> 0.937 and -> 0.929, while single K >= 1 rows moved -6% .. +5% either way: within
+    ``TIE_TOLERANCE`` the model does not order async splits, and no tie-break among them measured
+    better than another."""
     best = min(cands, key=Candidate.rank)
     top = best.rank()[0]
     near = [c for c in cands if c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)]
