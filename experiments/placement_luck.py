@@ -1,12 +1,15 @@
 """Placement luck at K >= 1: how far an admission order alone moves Libra / baseline on one trace.
 
-    python experiments/placement_luck.py [--seeds 1,2,3,4] [--out experiments/results/placement_luck]
+    python experiments/placement_luck.py [--seeds 0,1,2,3,4] [--out experiments/results/placement_luck]
+    python experiments/placement_luck.py --gen "--workload math --steps 8 --batch 256 --group-size 8 --seed 91 --max-context 16384" \
+        --cluster "--gpus 72 --gpu h200 --model qwen3-14b" --max-staleness 2 --baseline areal-static-optimal --name math-c \
+        --out experiments/results/placement_luck/held_out_8_math-c_K2
 
 Why: two of the held-out losses of issue 22 run the *same* plan as the baseline they lose to
 (held_out_7 ``math-a/b200-40-30b/K1``, 0.940; held_out_8 ``math-c/h200-72-14b/K2``, 0.968). Under
 the same plan the only difference is which instance each trajectory lands on: Libra's
 work-conserving placement (fewest sequences per slot) against the baselines' least-loaded one
-(least KV in use). Neither sees a length. This script generates held_out_7's math workload, then
+(least KV in use). Neither sees a length. By default it generates held_out_7's math workload (any other with ``--gen``/``--cluster``), then
 permutes the admission order of whole GRPO groups within each step (same trajectories, same
 groups; only the order in which they arrive), and replays Libra and verl-static-uniform on each
 order with the sweeps' settings (3% noise, 4 mini-batches, no KL, tool KV kept). If the ratio
@@ -26,10 +29,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-GEN = ["--workload", "math", "--steps", "8", "--batch", "288", "--group-size", "8", "--seed", "83", "--max-context", "20480"]
-CLUSTER = ["--gpus", "40", "--gpu", "b200", "--model", "qwen3-30b-a3b", "--max-staleness", "1"]
-REPLAY = ["--noise", "0.03", "--mini-batches", "4", "--kl", "0", "--tool-kv", "keep"]
-POLICIES = ("libra", "verl-static-uniform")
+GEN = "--workload math --steps 8 --batch 288 --group-size 8 --seed 83 --max-context 20480"  # held_out_7's math-a
+CLUSTER = "--gpus 40 --gpu b200 --model qwen3-30b-a3b"
+REPLAY = ["--noise", "0.03", "--mini-batches", "4", "--kl", "0", "--tool-kv", "keep"]  # the sweeps' settings
 
 
 def libra_sim(*args: str) -> str:
@@ -58,14 +60,14 @@ def permute_groups(src: Path, dst: Path, seed: int) -> None:
     dst.write_text("\n".join(out) + "\n")
 
 
-def mean_steps(stdout: str) -> dict[str, float]:
-    """Each policy's mean step seconds from a ``--compare`` table."""
+def mean_steps(stdout: str, policies: tuple[str, ...]) -> dict[str, tuple[float, str]]:
+    """Each policy's (mean step seconds, "split TP") from a ``--compare`` table of async runs."""
     found = {}
-    for p in POLICIES:
-        m = re.search(rf"^{re.escape(p)}\s+\S+\s+K=\d+\s+\S+\s+\S+\s+([\d.]+)\s", stdout, re.M)
+    for p in policies:
+        m = re.search(rf"^{re.escape(p)}\s+async\s+K=\d+\s+(\S+)\s+(\S+)\s+([\d.]+)\s", stdout, re.M)
         if m is None:
-            raise SystemExit(f"no {p} row in:\n{stdout}")
-        found[p] = float(m.group(1))
+            raise SystemExit(f"no asynchronous {p} row in:\n{stdout}")
+        found[p] = (float(m.group(3)), f"{m.group(1)} {m.group(2)}")
     return found
 
 
@@ -73,31 +75,39 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1,2,3,4", help="admission-order seeds (0: the generated order)")
     ap.add_argument("--out", default="experiments/results/placement_luck", help="where summary.md goes")
+    ap.add_argument("--gen", default=GEN, help="`libra-sim gen` arguments of the workload (default: held_out_7's math-a)")
+    ap.add_argument("--cluster", default=CLUSTER, help="`libra-sim replay` cluster arguments")
+    ap.add_argument("--max-staleness", type=int, default=1, help="the staleness class K")
+    ap.add_argument("--baseline", default="verl-static-uniform", help="the policy Libra is compared with")
+    ap.add_argument("--name", default="math-a", help="the workload's name in the summary")
     a = ap.parse_args(argv)
+    gen, cluster = a.gen.split(), a.cluster.split() + ["--max-staleness", str(a.max_staleness)]
+    policies = ("libra", a.baseline)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.TemporaryDirectory(prefix="placement_luck_")  # the traces are regenerated, not kept
     work = Path(tmp.name)
-    base = work / "math-a.jsonl"
-    libra_sim("gen", *GEN, "-o", str(base), "--force")
+    base = work / "trace.jsonl"
+    libra_sim("gen", *gen, "-o", str(base), "--force")
     rows = []
     for seed in (int(s) for s in a.seeds.split(",")):
-        trace = work / f"math-a-order{seed}.jsonl"
+        trace = work / f"order{seed}.jsonl"
         permute_groups(base, trace, seed)
-        steps = mean_steps(libra_sim("replay", str(trace), *CLUSTER, *REPLAY, "--compare", "--policies", ",".join(POLICIES)))
-        ratio = steps["verl-static-uniform"] / steps["libra"]
-        rows.append((seed, steps["libra"], steps["verl-static-uniform"], ratio))
-        print(f"order {seed}: libra {steps['libra']:.1f} s, verl-static-uniform {steps['verl-static-uniform']:.1f} s per step, "
-              f"libra / baseline {ratio:.3f}x (SIMULATED)", flush=True)
+        steps = mean_steps(libra_sim("replay", str(trace), *cluster, *REPLAY, "--compare", "--policies", ",".join(policies)), policies)
+        (ls, lp), (bs, bp) = steps["libra"], steps[a.baseline]
+        rows.append((seed, ls, bs, bs / ls, lp, bp))
+        print(f"order {seed}: libra {ls:.1f} s ({lp}), {a.baseline} {bs:.1f} s ({bp}) per step, "
+              f"libra / baseline {bs / ls:.3f}x (SIMULATED)", flush=True)
     lo, hi = min(r[3] for r in rows), max(r[3] for r in rows)
     ml = sum(r[1] for r in rows) / len(rows)
     mb = sum(r[2] for r in rows) / len(rows)
-    lines = ["# Placement luck at K >= 1 (SIMULATED)", "",
-             "`python experiments/placement_luck.py` — held_out_7's math workload (`libra-sim gen " + " ".join(GEN) + "`), "
-             "40 B200, Qwen3-30B-A3B, K=1; both policies plan 32:8 with TP 1. Each row permutes the admission order of "
-             "whole GRPO groups within each step (order 0: as generated).", "",
-             "| order | libra s/step | verl-static-uniform s/step | libra / baseline |", "| ---: | ---: | ---: | ---: |"]
-    lines += [f"| {s} | {lb:.1f} | {b:.1f} | {r:.3f}x |" for s, lb, b, r in rows]
+    lines = [f"# Placement luck at K >= 1: {a.name} (SIMULATED)", "",
+             f"`python experiments/placement_luck.py --gen \"{a.gen}\" --cluster \"{a.cluster}\" --max-staleness {a.max_staleness} "
+             f"--baseline {a.baseline}`: each row permutes the admission order of whole GRPO groups within each step "
+             "(order 0: as generated). Plans as split R:T and rollout TP x instances.", "",
+             f"| order | libra s/step | its plan | {a.baseline} s/step | its plan | libra / baseline |",
+             "| ---: | ---: | --- | ---: | --- | ---: |"]
+    lines += [f"| {s} | {lb:.1f} | {lp} | {b:.1f} | {bp} | {r:.3f}x |" for s, lb, b, r, lp, bp in rows]
     lines += ["", f"Range {lo:.3f}x .. {hi:.3f}x; mean step {ml:.1f} s against {mb:.1f} s. Every number is SIMULATED."]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     tmp.cleanup()
