@@ -492,3 +492,26 @@ def test_train_shape_keeps_the_step_s_sequence_count(ev: CostEvaluator) -> None:
         res = planner.search(hist, hist[-1].prompt_tokens)
         tokens, seq, _ = planner.train_shape(res.stats)
         assert round(tokens / seq) == res.stats.n_trajectories
+
+
+def test_a_rare_tool_timeout_is_priced_into_the_expected_step() -> None:
+    """Two of three steps held one 30 s tool timeout among 64 trajectories (rollouts of a few
+    seconds otherwise). The step's longest trajectory is a draw: about half the steps hold a
+    timeout. Priced at the longest's expected rank alone (the 3rd longest tool time of 192) no
+    step did, and the search ranked every plan as if the wait never came (held_out_8
+    ``search-c``: 28:28 on 56 A800 at 29.3 s per step where 16:40 replays at 28.0 s, K=1,
+    SIMULATED). The expected step averages ``TAIL_SCENARIOS``; two of the four hold it."""
+    from test_planner_workload import make_history, with_timeouts
+
+    from libra.planner.search import expected_step_s, rollout_factors
+
+    hist = make_history(3, n=64, median=600, sigma=0.2, tool_latency=0.05)
+    hist[0], hist[2] = with_timeouts(hist[0], {7}), with_timeouts(hist[2], {40})
+    cl = ClusterSpec(8, "h100", "qwen3-8b", 8)
+    res = Planner(cl, options=SearchOptions(max_staleness=0)).search(hist, np.full(64, 500))
+    best = res.best
+    assert best.rollout_s < 15.0  # the nominal forecast holds no timeout
+    at_rank = expected_step_s(best.mode, best.streaming, best.rollout_s, best.train_s, best.sync_s, res.stats.final_context, 4,
+                              ready_context=res.stats.group_final_context) + best.transition_s / 4
+    # half the scenarios add the wait (30 s, less the nominal critical path), times the rollout's mean factor
+    assert best.robust_s >= at_rank + 0.5 * (30.0 - best.rollout_s) * float(rollout_factors(0.3).mean()) - 1.0

@@ -52,6 +52,20 @@ def make_history(k: int = 3, **kw: object) -> list[StepArrays]:
     return [make_step(step=s, **kw) for s in range(k)]  # type: ignore[arg-type]
 
 
+def with_timeouts(s: StepArrays, stuck: set[int], latency_s: float = 30.0) -> StepArrays:
+    """``s`` with the first tool call of trajectories ``stuck`` taking ``latency_s`` (a tool timeout)."""
+    trajs = []
+    for i in range(s.n):
+        a, b = int(s.turn_offsets[i]), int(s.turn_offsets[i + 1])
+        turns = []
+        for t in range(a, b):
+            tool = None if s.tool_code[t] < 0 else s.tool_names[s.tool_code[t]]
+            lat = None if tool is None else (latency_s if i in stuck and t == a else float(s.tool_latency_s[t]))
+            turns.append(Turn(int(s.gen_tokens[t]), tool, lat, int(s.tool_tokens[t]), None if tool is None else "ok"))
+        trajs.append(Trajectory(s.ids[i], s.step, int(s.prompt_tokens[i]), tuple(turns), group=f"g{i // 8}"))
+    return StepArrays.from_trajectories(s.step, trajs)
+
+
 def test_stats_conserve_tokens() -> None:
     """Per-cell decode and prefill tokens add up to the history's per-trajectory totals,
     rescaled to the upcoming step's trajectory count."""
@@ -102,23 +116,29 @@ def test_drift_grows_with_length_shift() -> None:
 def test_tool_time_tail_is_kept_next_to_the_length_tail() -> None:
     """A short trajectory stuck in a long tool call can be the critical path: the statistics
     keep it as a second tail next to the longest trajectory."""
-    s = make_step(n=16, median=4000, sigma=0.2, tool_latency=0.05)
-    trajs = []
-    from libra.trace.records import Trajectory, Turn
-
-    for i in range(s.n):
-        a, b = int(s.turn_offsets[i]), int(s.turn_offsets[i + 1])
-        turns = []
-        for t in range(a, b):
-            tool = None if s.tool_code[t] < 0 else s.tool_names[s.tool_code[t]]
-            lat = None if tool is None else (30.0 if i == 3 and t == a else 0.05)
-            turns.append(Turn(int(s.gen_tokens[t]), tool, lat, int(s.tool_tokens[t]), None if tool is None else "ok"))
-        trajs.append(Trajectory(s.ids[i], 0, int(s.prompt_tokens[i]), tuple(turns)))
-    step = StepArrays.from_trajectories(0, trajs)
+    step = with_timeouts(make_step(n=16, median=4000, sigma=0.2, tool_latency=0.05), {3})
     st = compute_stats([step], step.prompt_tokens)
     assert st.tail_decode_tokens.shape[0] == 2
     assert st.tail_tool_s.max() >= 30.0
     assert st.tail_context == int(step.total_tokens.max())
+
+
+def test_tail_scenarios_hold_a_rare_timeout_that_the_expected_rank_misses() -> None:
+    """One 30 s timeout in 192 trajectories: the longest of the next 64 holds it with
+    probability about 1 - (1 - 1/192)^64 = 0.28. The expected-rank tail (the pooled sample's
+    1 - 1/65 quantile, the 3rd longest tool time) never shows it; the tail rows at the longest's
+    87.5th percentile do, those at its 12.5th and 37.5th do not."""
+    hist = make_history(3, n=64, median=600, sigma=0.2, tool_latency=0.05)
+    hist[1] = with_timeouts(hist[1], {5})
+    prompts = np.full(64, 500)
+    assert compute_stats(hist, prompts).tail_tool_s.max() < 1.0
+    tool = {u: compute_stats(hist, prompts, tail_quantile=u).tail_tool_s.max() for u in (0.125, 0.375, 0.625, 0.875)}
+    assert tool[0.875] >= 30.0
+    assert tool[0.125] < 1.0 and tool[0.375] < 1.0
+    # the bulk does not move with the tail rows
+    a, b = compute_stats(hist, prompts), compute_stats(hist, prompts, tail_quantile=0.875)
+    assert np.array_equal(a.decode_tokens, b.decode_tokens) and np.array_equal(a.reach, b.reach)
+    assert a.digest != b.digest
 
 
 def test_prior_is_capped_by_a_known_context_limit_and_plans_for_it() -> None:

@@ -133,6 +133,21 @@ ROLLOUT_SIGMA = 0.3
 _Z = np.array([NormalDist().inv_cdf((k + 0.5) / 16) for k in range(16)])
 
 
+#: The quantiles of a step's longest trajectory (by final length, and by tool time) a candidate's
+#: expected step is averaged over (``WorkloadStats`` tail rows at ``tail_quantile`` each; four
+#: equal-mass bins of the longest's distribution). A step's critical path is one trajectory, so
+#: its forecast is a draw, not a mean: where the tail is a rare event it is two-valued. On a
+#: Search-R1-like trace with a 30 s retrieval timeout in about one call of 1,350, five of eight
+#: steps held one, and their rollouts took 34-38 s against 13-16 s for the others (held_out_8
+#: ``search-c``, 56 A800, K=1). A single point at the longest's expected rank (the pooled
+#: sample's 1 - 1/(n + 1) quantile) fell below the timeout whenever the 3-step window held fewer
+#: than three, so every split was priced as if no step had one: the rollout side looked elastic
+#: (more rollout GPUs, a shorter cohort) where the timeout makes it a fixed wait that only a
+#: shorter training chain shortens; Libra ran 28:28 at 29.3 s per step where 16:40 replays at
+#: 28.0 s (SIMULATED).
+TAIL_SCENARIOS = (0.125, 0.375, 0.625, 0.875)
+
+
 def rollout_factors(sigma: float) -> np.ndarray:
     """The lognormal factors on a predicted rollout the expectation averages over."""
     return np.exp(float(sigma) * _Z)
@@ -555,7 +570,7 @@ class Planner:
         if dp is None:
             dp = RolloutDP(stats, self.table, self.cluster.gpus_per_node, self.cluster.n_gpus,
                            tps=self.options.tps, max_buckets=self.options.max_buckets, nvlink_domain=self.nvlink_domain)
-            if len(self._dps) > 16:  # keep the memo bounded over a long run
+            if len(self._dps) > 48:  # keep the memo bounded over a long run (a search uses up to 10: ``TAIL_SCENARIOS``)
                 self._dps.pop(next(iter(self._dps)))
             self._dps[stats.digest] = dp
         return dp
@@ -687,6 +702,13 @@ class Planner:
             # Libra left async for a streamed loop that replayed 43 s: search-drift, 48 H200, K=1)
             dp_cohort = self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window,
                                                       prior=spec, tail_of=len(prompts)))
+        # the same statistics with the tail rows at each of ``TAIL_SCENARIOS``: the expected step
+        # is averaged over where the step's longest trajectory may fall
+        tail_dps = [self.rollout_dp(compute_stats(history, prompt_tokens, window=self.options.window, prior=spec, tail_quantile=u))
+                    for u in TAIL_SCENARIOS]
+        tail_cohort_dps = [] if dp_cohort is None or prompts is None else [
+            self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window, prior=spec,
+                                          tail_of=len(prompts), tail_quantile=u)) for u in TAIL_SCENARIOS]
         hits0, miss0 = dp.hits, dp.misses
         tokens, seq, seq_max = self.train_shape(stats)
         if not stats.from_prior:
@@ -726,7 +748,11 @@ class Planner:
             # whose makespan stands in, ``step_time``)
             load_s = ro.throughput_s * corr if continuous else None
             k = k_async
-            cohort_s = self._cohort_s(dp_cohort, ro) * corr if dp_cohort is not None else None
+            cohort_raw = self._cohort_s(dp_cohort, ro) if dp_cohort is not None else None
+            cohort_s = cohort_raw * corr if cohort_raw is not None else None
+            tails_s = self._tail_makespans(tail_dps, ro, ro.makespan_s) * corr  # the rollout per tail scenario
+            tails_cohort = (self._tail_makespans(tail_cohort_dps, ro, cohort_raw) * corr if cohort_raw is not None and tail_cohort_dps
+                            else np.full(len(tails_s), np.nan if cohort_s is None else cohort_s))
             # a two-bucket layout must win clearly against every one-bucket plan, not only those
             # on its own GPU budget (the DP's rule): ranked with its rollout that much slower
             split_margin = correction.margin(len(ro.layout.tps))
@@ -739,9 +765,11 @@ class Planner:
                     base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches, ready)
                 else:
                     base = step_time(mode, ro_s, train_s, sync, load_s, k, cohort_s)
-                robust = expected_step_s(mode, streaming, ro_s * split_margin, train_s, sync, finals, self.options.mini_batches, sigma,
-                                         ready, None if load_s is None else load_s * split_margin, k,
-                                         None if cohort_s is None else cohort_s * split_margin)
+                robust = float(np.mean([
+                    expected_step_s(mode, streaming, float(r) * split_margin, train_s, sync, finals, self.options.mini_batches, sigma,
+                                    ready, None if load_s is None else load_s * split_margin, k,
+                                    None if cohort_s is None else float(co) * split_margin)
+                    for r, co in zip(tails_s, tails_cohort)]))
                 if mode == "async" and left is not None:
                     # the pipeline's fill (``left`` above): R async steps from a standing start
                     # take about R x max(rollout, train + sync) + min(rollout, train + sync)
@@ -764,7 +792,9 @@ class Planner:
                 ro = rollout[n_train]
                 assert ro is not None
                 incumbent = state["incumbent"] if bound else float("inf")  # the best rank key so far (expected step time)
-                ro_robust = float(ro.makespan_s * correction.factor(len(ro.layout.tps)) * factors.mean())  # every loop's step is at least that
+                tails = self._tail_makespans(tail_dps, ro, ro.makespan_s)
+                # every loop's expected step is at least that
+                ro_robust = float(min(ro.makespan_s, tails.mean()) * correction.factor(len(ro.layout.tps)) * factors.mean())
                 if continuous and any(m == "async" for m, _ in loops):  # async generates continuously: throughput, or the pipeline's share
                     k_floor = max(1, self.options.max_staleness) + 1
                     ro_robust = min(ro_robust, max(ro_robust * ro.throughput_s / ro.makespan_s if ro.makespan_s > 0 else 0.0, ro_robust / k_floor))
@@ -793,7 +823,7 @@ class Planner:
         if kept is not None and current is not None and current.colocated:
             if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
                 c = self._colocated(dp, tokens, seq, seq_max, current, float("inf"), fixed, correction, amortize,
-                                    keep=(kept, current.train))
+                                    keep=(kept, current.train), tail_dps=tail_dps)
                 if c is not None:
                     cands.append(c)
             kept = None
@@ -814,7 +844,7 @@ class Planner:
             visit(self.n_train_grid())
         if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
             co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]) if bound else float("inf"),
-                                 fixed, correction, amortize)
+                                 fixed, correction, amortize, tail_dps=tail_dps)
             if co is not None:
                 cands.append(co)
         skipped = int(state["skipped"])
@@ -837,6 +867,21 @@ class Planner:
         if not ro.counts or min(ro.counts) < 1 or not dp.feasible(ro.layout):
             return float("nan")
         return dp.choice_for(ro.layout, list(ro.counts), ro.instances, ro.buckets, ro.n_gpus).makespan_s
+
+    @staticmethod
+    def _tail_makespans(dps: Sequence[RolloutDP], ro: RolloutChoice, nominal: float) -> np.ndarray:
+        """``ro``'s layout and counts re-predicted on each tail scenario's statistics
+        (``TAIL_SCENARIOS``); ``nominal`` where a scenario's tail does not fit the layout's KV
+        (its rows ask a context the layout cannot hold) or there are no scenarios."""
+        if not dps:
+            return np.asarray([nominal], np.float64)
+        out = []
+        for d in dps:
+            if not ro.counts or min(ro.counts) < 1 or not d.feasible(ro.layout):
+                out.append(nominal)
+            else:
+                out.append(d.evaluate(ro.layout, list(ro.counts))[0])
+        return np.asarray(out, np.float64)
 
     def _kept(self, current: Plan | None, dp: RolloutDP, seq_max: int) -> RolloutChoice | None:
         """The in-force plan's rollout, re-predicted on the new statistics, when the plan can be
@@ -865,7 +910,7 @@ class Planner:
 
     def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float,
                    fixed: float = 0.0, correction: RolloutCorrection | None = None, amortize: float | None = None,
-                   keep: tuple[RolloutChoice, TrainConfig] | None = None) -> Candidate | None:
+                   keep: tuple[RolloutChoice, TrainConfig] | None = None, tail_dps: Sequence[RolloutDP] = ()) -> Candidate | None:
         """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
         all N (or on as many as the training backend can use, ``ClusterSpec.train_gpu_cap``; the
         rest wait), each GPU switching stage twice per step and the weights handed over through
@@ -882,7 +927,8 @@ class Planner:
             return None
         corr = correction.factor(len(ro.layout.tps))
         ro_s = ro.makespan_s * corr
-        ro_robust = float(ro_s * correction.margin(len(ro.layout.tps)) * rollout_factors(self.options.rollout_sigma).mean())
+        tails_s = self._tail_makespans(tail_dps, ro, ro.makespan_s) * corr  # the expected rollout over ``TAIL_SCENARIOS``
+        ro_robust = float(tails_s.mean() * correction.margin(len(ro.layout.tps)) * rollout_factors(self.options.rollout_sigma).mean())
         if ro_robust >= incumbent:
             return None
         if keep is not None:

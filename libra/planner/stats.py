@@ -167,6 +167,7 @@ def compute_stats(
     prior_cap: int | None = None,
     prior: PriorSpec | None = None,
     tail_of: int | None = None,
+    tail_quantile: float | None = None,
 ) -> WorkloadStats:
     """Digest the last ``window`` steps of ``history`` for an upcoming step with ``prompt_tokens``.
 
@@ -177,6 +178,11 @@ def compute_stats(
     limit (``ClusterSpec.max_context``), used when ``prior`` is not given. ``tail_of``: the
     trajectory count whose expected longest the tail rows stand for (default: the upcoming
     count; the async staleness cycle's K + 1 steps pass one step's count, ``Planner.search``).
+    ``tail_quantile``: which quantile of that longest the tail rows stand for: the pooled
+    trajectories at the per-trajectory quantile ``tail_quantile ** (1 / n)`` (the longest of
+    ``n`` draws is below it with probability ``tail_quantile``); None: ``1 - 1/(n + 1)``, the
+    longest's expected rank (about its 37th percentile). ``Planner.search`` prices a step over
+    several (``TAIL_SCENARIOS``).
     """
     if not history:
         spec = prior if prior is not None else PriorSpec(max_context=prior_cap)
@@ -184,8 +190,8 @@ def compute_stats(
         prompts = np.asarray(prompt_tokens, np.int64) if prompt_tokens is not None and len(prompt_tokens) else None
         drawn = [prior_step(n, prompts, spec)] + [prior_step(n, prompts, spec, stretch=f) for f in PRIOR_STRETCH]
         grid = edges if edges is not None else cell_edges(max(int(d.total_tokens.max()) for d in drawn))
-        nominal = compute_stats(drawn[:1], prompt_tokens, window, grid, tail_of=tail_of)
-        scen = tuple(compute_stats([d], prompt_tokens, window, grid, tail_of=tail_of) for d in drawn[1:])
+        nominal = compute_stats(drawn[:1], prompt_tokens, window, grid, tail_of=tail_of, tail_quantile=tail_quantile)
+        scen = tuple(compute_stats([d], prompt_tokens, window, grid, tail_of=tail_of, tail_quantile=tail_quantile) for d in drawn[1:])
         h = hashlib.sha1(nominal.digest.encode())
         for sc in scen:
             h.update(sc.digest.encode())
@@ -205,7 +211,8 @@ def compute_stats(
     reach = np.zeros(n_cells)
     n_hist = 0
     tool_lat: dict[str, list[np.ndarray]] = {}
-    tail_q = 1.0 - 1.0 / ((tail_of if tail_of is not None else n_next) + 1)
+    n_tail = tail_of if tail_of is not None else n_next
+    tail_q = 1.0 - 1.0 / (n_tail + 1) if tail_quantile is None else float(tail_quantile) ** (1.0 / max(1, n_tail))
     tool_sums = [np.add.reduceat(_latencies(s), s.turn_offsets[:-1]) if s.n and len(s.gen_tokens) else np.zeros(s.n) for s in steps]
     pooled_tools = np.concatenate(tool_sums) if tool_sums else np.zeros(0)
     targets = (
