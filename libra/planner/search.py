@@ -690,6 +690,15 @@ class Planner:
         tail_cohort_dps = [] if dp_cohort is None or prompts is None else [
             self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window, prior=spec,
                                           tail_of=len(prompts), tail_quantile=u)) for u in TAIL_SCENARIOS]
+        tail_memo: dict[int, np.ndarray] = {}
+
+        def tails_of(ro: RolloutChoice) -> np.ndarray:
+            """``ro``'s makespan per tail scenario, once per rollout choice (the bound and the price
+            both need it)."""
+            if id(ro) not in tail_memo:
+                tail_memo[id(ro)] = self._tail_makespans(tail_dps, ro, ro.makespan_s)
+            return tail_memo[id(ro)]
+
         hits0, miss0 = dp.hits, dp.misses
         tokens, seq, seq_max = self.train_shape(stats)
         if not stats.from_prior:
@@ -731,7 +740,7 @@ class Planner:
             k = k_async
             cohort_raw = self._cohort_s(dp_cohort, ro) if dp_cohort is not None else None
             cohort_s = cohort_raw * corr if cohort_raw is not None else None
-            tails_s = self._tail_makespans(tail_dps, ro, ro.makespan_s) * corr  # the rollout per tail scenario
+            tails_s = tails_of(ro) * corr  # the rollout per tail scenario
             tails_cohort = (self._tail_makespans(tail_cohort_dps, ro, cohort_raw) * corr if cohort_raw is not None and tail_cohort_dps
                             else np.full(len(tails_s), np.nan if cohort_s is None else cohort_s))
             # a two-bucket layout must win clearly against every one-bucket plan, not only those
@@ -773,9 +782,8 @@ class Planner:
                 ro = rollout[n_train]
                 assert ro is not None
                 incumbent = state["incumbent"] if bound else float("inf")  # the best rank key so far (expected step time)
-                tails = self._tail_makespans(tail_dps, ro, ro.makespan_s)
                 # every loop's expected step is at least that
-                ro_robust = float(min(ro.makespan_s, tails.mean()) * correction.factor(len(ro.layout.tps)) * factors.mean())
+                ro_robust = float(min(ro.makespan_s, tails_of(ro).mean()) * correction.factor(len(ro.layout.tps)) * factors.mean())
                 if continuous and any(m == "async" for m, _ in loops):  # async generates continuously: throughput, or the pipeline's share
                     k_floor = max(1, self.options.max_staleness) + 1
                     ro_robust = min(ro_robust, max(ro_robust * ro.throughput_s / ro.makespan_s if ro.makespan_s > 0 else 0.0, ro_robust / k_floor))
