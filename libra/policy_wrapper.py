@@ -56,6 +56,12 @@ class PolicyWrapper:
         if inner is not None:
             inner(outcome)
 
+    def settle_training(self, plan: Plan, batch: StepArrays, seen: Sequence[StepArrays]) -> Any:
+        """Forwarded to a policy that settles a step's training knobs for its batch
+        (``libra.planner.settle``); without one, the plan's strategy runs."""
+        inner = getattr(self.inner, "settle_training", None)
+        return plan.train if inner is None else inner(plan, batch, seen)
+
     def __getattr__(self, name: str) -> Any:
         if name in type(self)._own:
             raise AttributeError(name)

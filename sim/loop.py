@@ -43,6 +43,7 @@ them first, even when both ask at the same instant.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +57,7 @@ from libra.planner.bounds import step_bound
 from libra.planner.costs import nvlink_domain
 from libra.planner.feedback import StepOutcome
 from libra.planner.packing import instance_gpus, placement_error
-from libra.planner.plan import Plan
+from libra.planner.plan import Plan, same_layout
 from libra.planner.step_costs import Transition, train_gpu_ids
 from libra.policy import Policy
 from libra.pool.base import RoleChange
@@ -408,6 +409,14 @@ class Simulator:
             yield self.synced[j - 1]
         owner = ("train", step.step)
         yield self.ledger.acquire(job.gpus, owner)
+        settle = getattr(self.policy, "settle_training", None)
+        if settle is not None and job.feed is None:  # a complete batch: its micro-batch and recompute are set for it
+            cfg = settle(plan, step, tuple(self.history))
+            if not same_layout(cfg, plan.train):
+                raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s training on {cfg}, another layout "
+                                      f"than its plan's {plan.train}: a layout change is a plan transition")
+            job.settle(cfg)
+            plan = dataclasses.replace(plan, train=cfg)
         trans = self._transitions[j]
         if trans.train_changed and trans.to_train_s > 0:  # a plan transition: re-shard for the new strategy
             reshard = trans.to_train_s * self.noise_xfer.factor()

@@ -24,6 +24,8 @@ until the sync after the last segment, so training stays on-policy.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -132,6 +134,14 @@ class TrainJob:
         self.loans: list[Loan] = []
         self.running = False
         self.stats = TrainStats(tokens=tokens, seq_len=self.seq_len)
+
+    def settle(self, cfg: TrainConfig) -> None:
+        """Run with ``cfg``, the plan's layout with the knobs the policy set for this step's batch
+        (``Policy.settle_training``); only before the job starts."""
+        if self.running or not math.isnan(self.stats.start_s):
+            raise RuntimeError("a training job's strategy is settled before it starts")
+        self.base_cfg = cfg
+        self.cfg = cfg
 
     @property
     def n_gpus(self) -> int:

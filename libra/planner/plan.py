@@ -20,6 +20,14 @@ LoopMode = Literal["sync", "async"]
 TrainConfig = TrainStrategy
 
 
+def same_layout(a: TrainConfig, b: TrainConfig) -> bool:
+    """Whether ``a`` and ``b`` place the same shards on the same GPUs (TP x PP x DP, EP, the
+    ZeRO stage) and differ at most in the per-step knobs, micro-batch size and activation
+    recompute. Changing the layout is a re-shard (``StepCosts.transition``); the knobs are set
+    per step (``libra.planner.settle``)."""
+    return (a.tp, a.pp, a.dp, a.ep, a.zero_stage) == (b.tp, b.pp, b.dp, b.ep, b.zero_stage)
+
+
 @dataclass(frozen=True, slots=True)
 class RolloutInstance:
     """One rollout engine: ``tp`` GPUs on node ``node`` (starting at local GPU ``first_gpu``)."""

@@ -32,7 +32,7 @@ from typing import Any
 
 from libra.planner.costs import CostModel, nvlink_domain, to_strategy
 from libra.planner.packing import instance_gpus
-from libra.planner.plan import Plan, RolloutInstance, TrainConfig
+from libra.planner.plan import Plan, RolloutInstance, TrainConfig, same_layout
 
 
 #: Training-stage timings kept per ``StepCosts`` (the planner's rounded shapes repeat; the
@@ -230,15 +230,21 @@ class StepCosts:
         ``train`` and rollout ``instances`` (nothing without a current plan, or after a
         colocated one, whose every GPU already reloads between stages).
 
-        The training side re-shards when its GPU count or strategy changes (``lend_s``: a GPU
-        loading the new strategy's shard). An instance of the new plan moves when no instance of
+        The training side re-shards when its GPU count or layout changes (``lend_s``: a GPU
+        loading the new strategy's shard); the layout is TP x PP x DP, EP and the ZeRO stage
+        (``libra.planner.plan.same_layout``). A new micro-batch size or recompute flag moves
+        nothing between GPUs and costs nothing: real trainers set both per step (verl's dynamic
+        batch size), and every step settles them for its own batch (``libra.planner.settle``).
+        Charging them as a re-shard had kept a first plan's knobs, sized for a 64K-token prior,
+        on a trace of 4K-token sequences (6.6 s of training per step where 1.8 s would do,
+        SIMULATED). An instance of the new plan moves when no instance of
         the old one had the same GPUs and TP; moved instances load their weights before serving
         (``return_s`` at the largest moved TP, offloading the old training state when one of
         them sits on a GPU that trained).
         """
         if current is None or current.colocated:
             return Transition()
-        train_changed = n_train != current.n_train_gpus or train != current.train
+        train_changed = n_train != current.n_train_gpus or not same_layout(train, current.train)
         old = {(i.node, i.first_gpu, i.tp) for i in current.instances}
         moved = frozenset(i.id for i in instances if (i.node, i.first_gpu, i.tp) not in old)
         to_train = self.lend_s(train, 1) if train_changed else 0.0

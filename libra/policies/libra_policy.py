@@ -42,8 +42,9 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, make_evaluator
 from libra.planner.feedback import StepOutcome
-from libra.planner.plan import Plan
-from libra.planner.search import Planner, Replanner, SearchOptions
+from libra.planner.plan import Plan, TrainConfig
+from libra.planner.search import Planner, Replanner, SearchOptions, declared_context
+from libra.planner.settle import settle_training
 from libra.policies.options import PolicyOptions, options_for
 from libra.pool.base import PoolPolicy
 from libra.pool.elastic import ElasticPool
@@ -180,6 +181,14 @@ class LibraPolicy:
             return LengthPredictorRouter(plan, self._model_for(plan), sigma=self.lp_sigma, seed=self.seed)
         cls = NoMigrationScheduler if self.router == "no-migration" else CMLFQScheduler
         return cls(plan, self._model_for(plan), ev=self._ev, table=self.planner.table)
+
+    def settle_training(self, plan: Plan, batch: StepArrays, seen: Sequence[StepArrays]) -> TrainConfig:
+        """The micro-batch and recompute for ``batch``, the step about to train, within the
+        plan's training layout (``libra.planner.settle``): the plan sized them for a forecast
+        batch (the first step's, a length prior), and the batch is known now."""
+        planner = self.planner
+        return settle_training(planner.tree, plan.train, batch, seen, declared_context(planner.cluster),
+                               planner.cluster.train_gpu_cap, self.options.micro_batch)
 
     def pool(self, plan: Plan) -> PoolPolicy | None:
         """The elastic pool for the step, or None (fixed split, or a time-shared plan)."""

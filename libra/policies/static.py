@@ -34,6 +34,7 @@ from libra.planner.packing import place
 from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
 from libra.planner.rollout_costs import RolloutCosts
 from libra.planner.search import declared_context
+from libra.planner.settle import settle_training
 from libra.policies.options import PolicyOptions
 from libra.policies.prior import PRIOR_GEN_TOKENS, PRIOR_MAX_CONTEXT, PRIOR_TOOL_TOKENS, PRIOR_TURNS, prior_step
 from libra.pool.base import PoolPolicy
@@ -182,6 +183,7 @@ class StaticPolicy:
         self.kl = options.kl
         self.seed = options.seed
         self._plan: Plan | None = None
+        self._tree: DecisionTree | None = None  # for ``settle_training``
 
     # -- Policy
     def plan(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
@@ -197,6 +199,16 @@ class StaticPolicy:
     def pool(self, plan: Plan) -> PoolPolicy | None:
         """No elastic pool: the split is fixed."""
         return None
+
+    def settle_training(self, plan: Plan, batch: StepArrays, seen: Sequence[StepArrays]) -> TrainConfig:
+        """The micro-batch and recompute for ``batch`` within the plan's training layout
+        (``libra.planner.settle``), as Libra's are: verl's dynamic batch size and AReaL's
+        token-budget micro-batches set them per step from the batch, so a baseline sized once
+        for a length prior is not held to that prior's micro-batches."""
+        if self._tree is None:
+            self._tree = DecisionTree(self.costs.step, self.cluster.gpus_per_node, kl=self.kl)
+        return settle_training(self._tree, plan.train, batch, seen, declared_context(self.cluster), plan.train.n_gpus,
+                               self.options.micro_batch)
 
     # -- choice
     def _choose(self, prompt_tokens: np.ndarray) -> Plan:

@@ -39,6 +39,7 @@ sync, checkpoints), ``update`` (the step's update, batch or streamed, trainer re
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -49,6 +50,7 @@ import numpy as np
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.feedback import StepOutcome
+from libra.planner.plan import same_layout
 from libra.runtime.config import RunConfig
 from libra.runtime.engine_choice import engine_profile, max_train_gpus
 from libra.runtime.preflight import check_backends, check_context_window, check_ray_address
@@ -335,6 +337,8 @@ class Runner:
         observe = getattr(policy, "observe", None)
         if observe is not None:
             observe(StepOutcome(step, plan, self.history[-1], float(ro.makespan_s)))
+        if streamer is None:  # a complete batch: the policy settles its training knobs for it (libra.planner.settle)
+            plan = self._settle(policy, plan, step)
         info = {"plan": plan, "eps": eps, "ro": ro, "rewards": rewards, "trajs": trajs, "plan_s": plan_s, "setup_s": setup_s,
                 "t_step": t_step, "k": k, "wait_s": wait_s, "rollout_start": t_roll - t_run, "rollout_end": time.perf_counter() - t_run,
                 "version_at_start": version_at_start}
@@ -352,6 +356,25 @@ class Runner:
             tr, sync_s = updater.train(plan, samples, step)
         ck_s = self._checkpoint(step)
         self._record(step, info, tr, sync_s, ck_s, stream, time.perf_counter() - t_step, None, t_run)
+
+    def _settle(self, policy: Any, plan: Any, step: int) -> Any:
+        """``plan`` with the training knobs (micro-batch, recompute) the policy settles for this
+        step's batch, the one libra-sim trains with too (``Policy.settle_training``). The layout
+        stays the plan's. This run's trainers set neither knob from the plan (they cut micro-batches
+        at a token budget, ``grpo.LOGPROB_TOKENS``, much as the settled knobs do, and run no
+        activation recompute), so the settled values are logged, not executed."""
+        settle = getattr(policy, "settle_training", None)
+        if settle is None:
+            return plan
+        cfg = settle(plan, self.history[-1], list(self.history))
+        if cfg == plan.train:
+            return plan
+        if not same_layout(cfg, plan.train):
+            raise RuntimeError(f"policy {self.cfg.policy} settled step {step}'s training on another layout ({cfg}) than its plan's")
+        self.log(f"step {step}: training knobs settled for the batch: micro-batch {cfg.micro_batch}, "
+                 f"recompute {'on' if cfg.recompute else 'off'} (planned {plan.train.micro_batch}, "
+                 f"{'on' if plan.train.recompute else 'off'}; recorded, not executed by this trainer)")
+        return dataclasses.replace(plan, train=cfg)
 
     def _plan_staleness(self, plan: Any) -> int:
         """The staleness bound the step runs with: 0 for a sync plan, the plan's for an async one

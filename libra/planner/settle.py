@@ -1,0 +1,68 @@
+"""Settling a step's training knobs once its batch is in hand.
+
+A plan fixes the training *layout* before the rollout starts: how many GPUs train, TP x PP x DP,
+EP, the ZeRO stage. Changing any of those moves parameter and optimizer shards between GPUs (a
+re-shard, ``StepCosts.transition``). Two choices are not part of the layout: the micro-batch size
+and activation recompute. Real trainers set them per step from the batch they got (verl's
+``use_dynamic_bsz`` packs micro-batches up to a token budget; AReaL's ``mb_spec`` does the same;
+activation checkpointing is a flag on the wrapped modules), and nothing is moved between GPUs.
+
+So the plan's knobs are a forecast: the planner sizes them for the batch it predicts, and for the
+first step that is a length prior (an undeclared workload's prior reaches 64K tokens). When the
+training starts, the step's rollout is over (not streamed) and its sequences are known; the backend
+then asks the policy to settle the knobs (``Policy.settle_training``), and this module picks the
+fastest micro-batch and recompute for that batch within the plan's layout, holding in memory the
+longest sequence seen so far (and the declared limit when a strategy holds it, the planner's rule,
+``DecisionTree.memory_length``).
+
+Why: held_out_10's worst row (FireAct HotpotQA, Qwen3-32B on 48 B200, K=1) trained every step at
+micro-batch 1 with recompute, the first plan's sizing for the 64K prior, 6.6 s per step; the same
+ZeRO-3 TP 2 x DP 12 layout at micro-batch 4 takes 1.8 s for the trace's 4K-token sequences
+(SIMULATED). The planner kept the knobs because any change of strategy was charged as a re-shard.
+
+A streamed step starts training before its batch is complete, so it runs the plan's knobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, training_time_fn
+from libra.planner.plan import TrainConfig, same_layout
+from libra.trace.columnar import StepArrays
+
+
+def longest_sequence(seen: Sequence[StepArrays]) -> int:
+    """The longest trajectory (prompt, generated and tool tokens) among ``seen`` steps."""
+    return max((int(s.total_tokens.max()) for s in seen if s.n), default=0)
+
+
+def settle_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, seen: Sequence[StepArrays],
+                    declared_context: int | None, cap_gpus: int, micro_batch: int | None = None) -> TrainConfig:
+    """The fastest strategy with ``train``'s layout for ``batch`` (the step about to train),
+    holding the longest of ``seen`` (the steps whose rollouts are over, ``batch`` among them) in
+    memory, or the declared context limit when a strategy on ``cap_gpus`` holds it.
+
+    ``micro_batch``: a user's pin (``--micro-batch``), kept as given. ``train`` itself is kept
+    when no strategy of its layout fits the memory check (it was planned for the longest
+    sequence the planner knew; the simulator charges no OOM, so keeping it is the conservative
+    choice) and on ties. The time is ``StepCosts.train_s``, the simulator's charge.
+    """
+    if not batch.n:
+        return train
+    total = batch.total_tokens
+    tokens = max(1, int(total.sum()))
+    seq = max(1, int(round(float(total.mean()))))
+    longest = max(longest_sequence(seen), int(total.max()))
+    longest = int(-(-max(longest, 1) // 256) * 256)  # the planner's rounding (``Planner.train_shape``)
+    memory = tree.memory_length(cap_gpus, tokens, seq, longest, declared_context)
+    timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
+    res = enumerate_strategies(tree.ev, train.n_gpus, max(1, tokens // seq), memory, tree.gpus_per_node, timer, bound=False)
+    best, best_s = train, float(timer(train))
+    for t, cfg in res.ranked:
+        if not same_layout(cfg, train) or (micro_batch is not None and cfg.micro_batch != micro_batch):
+            continue
+        if t < best_s:
+            best, best_s = cfg, t
+        break  # ranked fastest first
+    return best

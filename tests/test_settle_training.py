@@ -1,0 +1,105 @@
+"""A step's micro-batch and recompute are settled for its own batch (``libra.planner.settle``);
+only a layout change is a re-shard (``StepCosts.transition``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from cost_models import CostEvaluator
+from libra.cluster import ClusterSpec
+from libra.planner.decision_tree import DecisionTree, training_time_fn
+from libra.planner.plan import Bucket, Plan, TrainConfig, same_layout
+from libra.planner.settle import settle_training
+from libra.planner.step_costs import StepCosts
+from libra.policies.static import uniform_instances
+from sim.costs import SimCosts
+from sim.instance import SimulationError
+from sim.loop import SimConfig, Simulator
+from test_sim_support import FixedPolicy, make_step
+
+#: the layout held_out_10's worst row trained on: sized for a 64K-token prior (Qwen3-32B, 24 B200)
+PRIOR_SIZED = TrainConfig(tp=2, pp=1, dp=12, zero_stage=3, micro_batch=1, recompute=True)
+
+
+@pytest.fixture(scope="module")
+def tree() -> DecisionTree:
+    ev = CostEvaluator("b200", "qwen3-32b")
+    return DecisionTree(StepCosts(ev, 8), 8)
+
+
+def _plan(n_gpus: int, n_rollout: int, train: TrainConfig) -> Plan:
+    inst = uniform_instances(n_rollout, 8, 8)
+    return Plan(n_rollout_gpus=n_rollout, n_train_gpus=n_gpus - n_rollout, train=train, instances=inst,
+                buckets=(Bucket(0, 8, 0, None),))
+
+
+def test_a_short_batch_settles_a_larger_micro_batch_in_the_same_layout(tree: DecisionTree) -> None:
+    batch = make_step(0, 128, seed=1)
+    assert int(batch.total_tokens.max()) < 4096
+    got = settle_training(tree, PRIOR_SIZED, batch, [batch], None, 24)
+    assert same_layout(got, PRIOR_SIZED)
+    assert got.micro_batch > 1
+    tokens, seq = int(batch.total_tokens.sum()), int(round(float(batch.total_tokens.mean())))
+    timer = training_time_fn(tree.costs, tokens, seq)
+    assert timer(got) < 0.6 * timer(PRIOR_SIZED)  # ZeRO-3 gathers the parameters once per micro-batch
+
+
+def test_a_long_sequence_seen_or_declared_keeps_the_memory_safe_knobs(tree: DecisionTree) -> None:
+    batch = make_step(0, 128, seed=1)
+    short = settle_training(tree, PRIOR_SIZED, batch, [batch], None, 24)
+    # a 64K-token sequence in an earlier step: the strategy must still hold one
+    long_step = make_step(0, 4, seed=5, turns=(5, 5), gen=(13000, 13100))
+    assert int(long_step.total_tokens.max()) > 65000
+    held = settle_training(tree, PRIOR_SIZED, batch, [long_step, batch], None, 24)
+    assert held.micro_batch <= short.micro_batch
+    declared = settle_training(tree, PRIOR_SIZED, batch, [batch], 66048, 24)
+    assert declared.micro_batch <= short.micro_batch and same_layout(declared, PRIOR_SIZED)
+    # a user's micro-batch pin is kept
+    pinned = settle_training(tree, PRIOR_SIZED, batch, [batch], None, 24, micro_batch=1)
+    assert pinned.micro_batch == 1 and same_layout(pinned, PRIOR_SIZED)
+
+
+def test_a_knob_change_is_not_a_reshard_and_a_layout_change_is() -> None:
+    sc = StepCosts(CostEvaluator("b200", "qwen3-32b"), 8)
+    cur = _plan(48, 24, PRIOR_SIZED)
+    knobs = dataclasses.replace(PRIOR_SIZED, micro_batch=4, recompute=False)
+    t = sc.transition(cur, 24, knobs, cur.instances)
+    assert not t.train_changed and t.total_s == 0.0
+    zero1 = dataclasses.replace(knobs, zero_stage=1)
+    t = sc.transition(cur, 24, zero1, cur.instances)
+    assert t.train_changed and t.total_s > 0
+
+
+class Settling(FixedPolicy):
+    """A fixed plan whose training knobs are settled to ``to`` (or to another layout)."""
+
+    def __init__(self, plan: Plan, to: TrainConfig) -> None:
+        super().__init__(plan)
+        self.to = to
+        self.calls: list[tuple[int, int]] = []
+
+    def settle_training(self, plan: Plan, batch: Any, seen: Any) -> TrainConfig:
+        self.calls.append((batch.step, len(seen)))
+        return self.to
+
+
+def test_the_simulator_trains_with_the_settled_knobs_and_refuses_a_settled_layout_change() -> None:
+    ev = CostEvaluator("b200", "qwen3-32b")
+    cluster = ClusterSpec(48, "b200", "qwen3-32b")
+    steps = [make_step(s, 64, seed=2) for s in range(2)]
+    knobs = dataclasses.replace(PRIOR_SIZED, micro_batch=4, recompute=False)
+    plan = _plan(48, 24, PRIOR_SIZED)
+    pol = Settling(plan, knobs)
+    res = Simulator(steps, pol, cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
+    sc = StepCosts(ev, 8)
+    assert pol.calls == [(0, 1), (1, 2)]  # each step at its training start, with every rollout over by then
+    for st, m in zip(steps, res.steps):
+        tokens, seq = int(st.total_tokens.sum()), int(round(float(st.total_tokens.mean())))
+        assert m.train_s == pytest.approx(training_time_fn(ev, tokens, seq)(knobs) + sc.step_fixed_s(st.n), rel=1e-12)
+        assert m.transition_s == 0.0
+    bad = Settling(plan, dataclasses.replace(PRIOR_SIZED, zero_stage=1))
+    with pytest.raises(SimulationError, match="another layout"):
+        Simulator(steps, bad, cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
