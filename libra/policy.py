@@ -51,8 +51,7 @@ class Policy(Protocol):
     # before asking for the next plan. Libra's planner corrects its rollout predictions with it;
     # the fixed baselines do not define it.
     # Optional: ``settle_training(plan, batch: StepArrays, seen: Sequence[StepArrays]) -> TrainConfig``.
-    # Backends call it when a step's training is about to start on a complete batch, with that
-    # batch and every step whose rollout is over (``batch`` among them), and run the strategy it
-    # returns: the plan's layout with the micro-batch and recompute set for the batch
-    # (``libra.planner.settle``). A streamed step asks once per mini-batch, with its trajectories
-    # and this step's finished ones among ``seen`` (libra-sim). Without it the plan's strategy runs.
+    # Backends call it when a step's training is about to start on a complete batch (not a
+    # streamed one), with that batch and every step whose rollout is over (``batch`` among them),
+    # and run the strategy it returns: the plan's layout with the micro-batch and recompute set
+    # for the batch (``libra.planner.settle``). Without it the plan's strategy runs.

@@ -57,7 +57,7 @@ from libra.planner.bounds import step_bound
 from libra.planner.costs import nvlink_domain
 from libra.planner.feedback import StepOutcome
 from libra.planner.packing import instance_gpus, placement_error
-from libra.planner.plan import Plan, TrainConfig, same_layout
+from libra.planner.plan import Plan, same_layout
 from libra.planner.step_costs import Transition, train_gpu_ids
 from libra.policy import Policy
 from libra.pool.base import RoleChange
@@ -298,10 +298,9 @@ class Simulator:
             job = TrainJob(
                 env, plan.train, train_gpus, int(total.sum()), int(round(float(total.mean()))) if step.n else 1,
                 self.costs, self.noise_train, self.cfg.kl > 0, self.cfg.mini_batches, feed=feed, n_samples=step.n,
-                settle_each=self._mini_batch_settler(plan, step, feed) if feed is not None else None,
             )
             tot_list = total.tolist()
-            on_group = (lambda rows, feed=feed, tot=tot_list: feed.add(len(rows), sum(tot[r] for r in rows), rows)) if feed else None
+            on_group = (lambda rows, feed=feed, tot=tot_list: feed.add(len(rows), sum(tot[r] for r in rows))) if feed else None
             stage = RolloutStage(
                 env, step, plan, sched, pool, self.costs, self.noise_roll, lat, self.cfg.kv_mode, self.gpn,
                 record_gantt=(self.cfg.gantt_step == step.step),
@@ -345,24 +344,6 @@ class Simulator:
             last.closing = True
             if last.idle:
                 self._retire(last)
-
-    def _mini_batch_settler(self, plan: Plan, step: StepArrays, feed: Feed) -> Callable[[int], TrainConfig] | None:
-        """For a streamed step: mini-batch ``m``'s strategy, the policy's knobs for its own
-        trajectories (``Policy.settle_training``), holding in memory the longest of the completed
-        steps and of this step's trajectories finished so far; None without the call."""
-        settle = getattr(self.policy, "settle_training", None)
-        if settle is None:
-            return None
-
-        def knobs(m: int) -> TrainConfig:
-            done = step.select([r for k in range(m + 1) for r in feed.rows[k]])
-            cfg = settle(plan, step.select(feed.rows[m]), (*self.history, done))
-            if not same_layout(cfg, plan.train):
-                raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s mini-batch {m} on {cfg}, another "
-                                      f"layout than its plan's {plan.train}: a layout change is a plan transition")
-            return cfg  # type: ignore[no-any-return]
-
-        return knobs
 
     def _retire(self, eng: Engines) -> None:
         """No step runs on ``eng`` and none will: its instances stop and their GPUs are released

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -61,23 +61,17 @@ class Feed:
         self.ready = [env.event() for _ in range(m)]
         self.share = [0.0] * m
         self.total = max(float(total_tokens), 1.0)
-        self.rows: list[list[int]] = [[] for _ in range(m)]  # the trajectories (step rows) of each mini-batch
         self._done = 0
         self._acc = 0.0
-        self._rows: list[int] = []
         self._next = 0
 
-    def add(self, n_traj: int, tokens: float, rows: Sequence[int] = ()) -> None:
-        """A group of ``n_traj`` trajectories (step rows ``rows``) holding ``tokens`` trained
-        tokens finished."""
+    def add(self, n_traj: int, tokens: float) -> None:
+        """A group of ``n_traj`` trajectories holding ``tokens`` trained tokens finished."""
         self._done += n_traj
         self._acc += tokens
-        self._rows.extend(rows)
         while self._next < len(self.ready) and self._done >= self.thresholds[self._next]:
             self.share[self._next] = self._acc / self.total
-            self.rows[self._next] = self._rows
             self._acc = 0.0
-            self._rows = []
             self.ready[self._next].succeed()
             self._next += 1
 
@@ -121,11 +115,8 @@ class TrainJob:
         mini_batches: int = 4,
         feed: Feed | None = None,
         n_samples: int = 0,
-        settle_each: Callable[[int], TrainConfig] | None = None,
     ) -> None:
-        """``n_samples``: the step's trajectories (their bookkeeping is charged first);
-        ``settle_each(m)``: a streamed mini-batch ``m``'s strategy, the plan's layout with its
-        knobs set for that mini-batch (``Policy.settle_training``), asked when it is ready."""
+        """``n_samples``: the step's trajectories (their bookkeeping is charged first)."""
         if cfg.n_gpus > len(gpus):
             raise ValueError(f"training strategy needs {cfg.n_gpus} GPUs, given {len(gpus)}")
         self.env = env
@@ -139,7 +130,6 @@ class TrainJob:
         self.kl = kl
         self.mini_batches = max(1, mini_batches)
         self.feed = feed
-        self.settle_each = settle_each
         self.n_samples = max(0, int(n_samples))
         self.loans: list[Loan] = []
         self.running = False
@@ -205,10 +195,6 @@ class TrainJob:
         for m in range(self.mini_batches):
             if self.feed is not None:
                 yield self.feed.ready[m]
-                if self.settle_each is not None:  # its knobs, for its own trajectories
-                    knobs = self.settle_each(m)
-                    self.base_cfg = replace(self.base_cfg, micro_batch=knobs.micro_batch, recompute=knobs.recompute)
-                    self.cfg = replace(self.cfg, micro_batch=knobs.micro_batch, recompute=knobs.recompute)
             yield from self._apply_joins()
             fwd, upd = self.costs.train_stage_s(self.cfg, self.tokens, self.seq_len, self.kl)
             f = self.noise.factor()

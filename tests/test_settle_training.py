@@ -103,36 +103,3 @@ def test_the_simulator_trains_with_the_settled_knobs_and_refuses_a_settled_layou
     bad = Settling(plan, dataclasses.replace(PRIOR_SIZED, zero_stage=1))
     with pytest.raises(SimulationError, match="another layout"):
         Simulator(steps, bad, cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
-
-
-def test_a_streamed_step_settles_each_mini_batch_for_its_own_trajectories() -> None:
-    # a streamed step trains mini-batch m as soon as its groups are done: its knobs are set for
-    # those trajectories then, holding the longest finished so far (held_out_10's FireAct K=0
-    # rows: Libra's streamed steps kept the prior's micro-batch 1 at 6.8 s of training while the
-    # sync baseline's settled to 2.0 s, 0.901x, SIMULATED)
-    ev = CostEvaluator("b200", "qwen3-32b")
-    cluster = ClusterSpec(48, "b200", "qwen3-32b")
-    steps = [make_step(s, 64, seed=2) for s in range(2)]
-    knobs = dataclasses.replace(PRIOR_SIZED, micro_batch=4, recompute=False)
-    pol = Settling(_plan(48, 24, PRIOR_SIZED), knobs)
-    res = Simulator(steps, pol, cluster, SimCosts(ev), SimConfig(noise_sigma=0.0, streaming=True, mini_batches=4)).run()
-    assert [c[0] for c in pol.calls] == [0] * 4 + [1] * 4  # one call per mini-batch
-    assert all(n_seen == s + 1 for s, n_seen in pol.calls)  # the completed steps and this step's finished rows
-    sc = StepCosts(ev, 8)
-    for st, m in zip(steps, res.steps):
-        tokens, seq = int(st.total_tokens.sum()), int(round(float(st.total_tokens.mean())))
-        fwd, upd = sc.train_stage_s(knobs, tokens, seq, False)
-        assert m.forward_s + m.update_s == pytest.approx(fwd + upd, rel=1e-9)
-    # without the call the plan's knobs run, slower
-    plain = Simulator(steps, FixedPolicy(_plan(48, 24, PRIOR_SIZED)), cluster, SimCosts(ev),
-                      SimConfig(noise_sigma=0.0, streaming=True, mini_batches=4)).run()
-    assert sum(m.update_s for m in plain.steps) > 1.5 * sum(m.update_s for m in res.steps)
-
-
-def test_select_keeps_the_chosen_trajectories_and_their_turns() -> None:
-    st = make_step(0, 12, seed=4)
-    sub = st.select([5, 1, 9])
-    assert sub.ids == (st.ids[5], st.ids[1], st.ids[9])
-    assert list(sub.total_tokens) == [st.total_tokens[5], st.total_tokens[1], st.total_tokens[9]]
-    assert list(sub.n_turns) == [st.n_turns[5], st.n_turns[1], st.n_turns[9]]
-    assert st.select([]).n == 0

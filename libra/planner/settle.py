@@ -20,9 +20,12 @@ micro-batch 1 with recompute, the first plan's sizing for the 64K prior, 6.6 s p
 ZeRO-3 TP 2 x DP 12 layout at micro-batch 4 takes 1.8 s for the trace's 4K-token sequences
 (SIMULATED). The planner kept the knobs because any change of strategy was charged as a re-shard.
 
-A streamed step trains each mini-batch as soon as its groups are done: the backend asks once per
-mini-batch, with that mini-batch's trajectories as the batch and this step's finished ones among
-the seen (libra-sim; libra-run's streamed trainer asks nothing, it executes neither knob).
+A streamed step starts training before its batch is complete, so it runs the plan's knobs.
+Settling each streamed mini-batch for its own trajectories was tried and dropped: the simulator
+charges a streamed mini-batch as its token share of the whole step's training, so knobs ranked on
+a mini-batch's lengths (its first ones short) disagreed with that charge (the bundled Search-R1
+trace on 32 H200 at K=0: 96.0 -> 98.3 s per step, SIMULATED). It needs a per-mini-batch charge in
+the simulator and the planner's streaming price alike.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ Codes: ``tool_code`` indexes ``tool_names`` (-1 = no tool); ``outcome_code`` ind
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,20 +61,6 @@ class StepArrays:
         if not len(self.gen_tokens):
             return np.zeros(self.n, np.int64)
         return np.add.reduceat(self.gen_tokens, self.turn_offsets[:-1])
-
-    def select(self, rows: Sequence[int]) -> StepArrays:
-        """Trajectories ``rows`` (in that order) as a step of their own: what a streamed
-        mini-batch trains on (``libra.planner.settle``)."""
-        idx = np.asarray(list(rows), np.int64)
-        starts, ends = self.turn_offsets[idx], self.turn_offsets[idx + 1]
-        turns = (np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(starts, ends)])
-                 if len(idx) else np.zeros(0, np.int64))
-        offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(ends - starts)]).astype(np.int64)
-        return StepArrays(step=self.step, ids=tuple(self.ids[i] for i in idx), groups=tuple(self.groups[i] for i in idx),
-                          prompt_tokens=self.prompt_tokens[idx], turn_offsets=offsets, gen_tokens=self.gen_tokens[turns],
-                          tool_tokens=self.tool_tokens[turns], tool_latency_s=self.tool_latency_s[turns],
-                          tool_code=self.tool_code[turns], outcome_code=self.outcome_code[turns], reward=self.reward[idx],
-                          finish_code=self.finish_code[idx], tool_names=self.tool_names)
 
     @classmethod
     def from_trajectories(cls, step: int, trajectories: Iterable[Trajectory]) -> StepArrays:
