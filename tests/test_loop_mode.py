@@ -22,7 +22,7 @@ from test_sim_support import FixedPolicy, fake_costs, make_step, simple_plan
 from cost_models import CostEvaluator
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
-from libra.planner.search import Planner, SearchOptions, cycle_rollout_s, step_time, streaming_step_s
+from libra.planner.search import Planner, SearchOptions, step_time, streaming_step_s
 from libra.policies import POLICIES
 from sim.cli import main
 from sim.costs import load_costs
@@ -56,13 +56,10 @@ def test_planner_picks_the_fastest_loop_the_class_allows(ev: CostEvaluator) -> N
     # cycle of K + 1 rollouts together plus train + sync over K + 1), never above the batch loop's
     f = float(off.notes["rollout_factor"])
     chain = off.predicted_train_s + float(off.notes["sync_s"])
-    # the cycle's rollouts start one train + sync apart, so the first shares the engines for part
-    # of its makespan only (``cycle_rollout_s``)
-    cycle = cycle_rollout_s(off.predicted_rollout_s, float(off.notes["rollout_cohort_s"]) * f, chain, 1)
-    assert off.predicted_rollout_s <= cycle <= float(off.notes["rollout_cohort_s"]) * f
-    want = max(float(off.notes["rollout_throughput_s"]) * f, chain, (cycle + chain) / 2)
+    want = max(float(off.notes["rollout_throughput_s"]) * f, chain, (float(off.notes["rollout_cohort_s"]) * f + chain) / 2)
     assert loops["async"] == pytest.approx(want)
-    assert loops["async"] <= max(off.predicted_rollout_s, chain) * (1 + 1e-9) or want == pytest.approx((cycle + chain) / 2)
+    assert loops["async"] <= max(off.predicted_rollout_s, chain) * (1 + 1e-9) or want == pytest.approx(
+        (float(off.notes["rollout_cohort_s"]) * f + chain) / 2)
 
 
 def test_streaming_prediction_is_between_the_overlap_and_sync() -> None:

@@ -36,15 +36,10 @@ def test_an_undeclared_kind_is_hedged_over_every_known_kind() -> None:
 
 
 def test_the_first_step_of_a_react_log_is_not_planned_time_shared_from_the_swe_prior() -> None:
-    # before the hedge the SWE-like default alone planned this step time-shared (the held_out_3
-    # loss). Since session 12 prices the async staleness cycle staggered by the serial training
-    # (``cycle_rollout_s``), the default alone prices async first here too, so the hedge is
-    # checked by its regrets: time-shared is the class it must avoid
     before = _planner("agent", hedge=False).search([], PROMPTS)
+    assert before.best.colocated  # the SWE-like default alone: time-shared (the held_out_3 loss)
     after = _planner("agent", hedge=True).search([], PROMPTS)
     assert not after.best.colocated and after.best.mode == "async"
-    assert after.hedge["time-shared"] > 1.5 * after.hedge["async"]
-    assert not before.hedge and after.hedge
 
 
 def test_the_hedged_class_has_the_least_worst_case_regret() -> None:

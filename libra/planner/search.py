@@ -44,8 +44,7 @@ split or leaf is provably no better than the incumbent. For each visited ``n_tra
     j-1 are done): ``max(throughput_s, train_s + sync_s, (cohort_s + train_s + sync_s) / (K + 1))``
     (``step_time``): the engines' pace at full batches, the training-plus-sync chain, or the
     staleness cycle of K + 1 rollouts sharing the engines (``cohort_s``, predicted on K + 1
-    times the trajectories, shrunk towards one rollout's makespan as far as the serial
-    training staggers their starts, ``cycle_rollout_s``) and the first one's training and sync.
+    times the trajectories) and the first one's training and sync.
 
   Ties go to the mode with less staleness (sync, then streaming, then async). ``SearchOptions``
   ``mode``/``streaming`` pin the mode instead (``libra-sim replay --mode/--streaming``; asking
@@ -376,38 +375,15 @@ def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float, l
     async generates continuously (``sim.engines``) and is the slowest of three paces: the
     engines' throughput (``load_s``, the step's work at full batches), the training-plus-sync
     chain, and the staleness cycle: ``staleness`` + 1 steps whose rollouts share the engines
-    (``cohort_s``, their makespan together; at least ``rollout_s``; staggered by the serial
-    training, ``cycle_rollout_s``) and then the first one's training and sync, before the gate
-    lets the next cycle start. Without ``load_s``/``cohort_s``
+    (``cohort_s``, their makespan together; at least ``rollout_s``) and then the first one's
+    training and sync, before the gate lets the next cycle start. Without ``load_s``/``cohort_s``
     the rollout's makespan stands in for them (the batch-per-step loop)."""
     if mode == "async":
         chain = train_s + sync_s
         load = rollout_s if load_s is None else min(load_s, rollout_s)
-        k = max(1, staleness)
         cohort = rollout_s if cohort_s is None or cohort_s != cohort_s else max(cohort_s, rollout_s)
-        return max(load, chain, (cycle_rollout_s(rollout_s, cohort, chain, k) + chain) / (k + 1))
+        return max(load, chain, (cohort + chain) / (max(1, staleness) + 1))
     return rollout_s + train_s + sync_s
-
-
-def cycle_rollout_s(rollout_s: float, cohort_s: float, chain_s: float, staleness: int) -> float:
-    """A rollout's makespan inside the async staleness cycle: ``cohort_s`` (the K + 1 rollouts
-    of the cycle started together) shrunk towards ``rollout_s`` (alone) by how far its
-    neighbours' starts are staggered.
-
-    Why: training is serial, so the cycle's later rollouts join one training-plus-sync
-    (``chain_s``) apart, not together (the staleness gate of step j + K + 1 is step j's sync);
-    rollout j shares the engines with the k-th of them only for ``rollout_s - k * chain_s``. The
-    overlap is taken linear in the mean offset ``(K + 1) / 2 * chain_s``: none when the chain is
-    as long as a rollout (the loop is then training-bound), all of the cohort when training is
-    instant. Pricing every cycle as a cohort started together had put the bundled Search-R1
-    trace on 32 H200 (Qwen3-32B, K=1) at 74 s per step on 10:22 (TP 1), rollout-bound, where
-    the simulator ran it training-bound at 62-65 s with rollouts of 49-62 s, and Libra picked
-    12:20 at 67-70 s (0.953x the hindsight baseline, SIMULATED).
-    """
-    if cohort_s <= rollout_s or rollout_s <= 0:
-        return max(cohort_s, rollout_s)
-    overlap = max(0.0, 1.0 - (staleness + 1) / 2 * chain_s / rollout_s)
-    return rollout_s + (cohort_s - rollout_s) * overlap
 
 
 def streaming_step_s(rollout_s: float, train_s: float, sync_s: float, final_context: np.ndarray, mini_batches: int,
@@ -785,15 +761,9 @@ class Planner:
                                     None if cohort_s is None else float(co) * split_margin)
                     for r, co in zip(tails_s, tails_cohort)]))
                 if mode == "async" and left is not None:
-                    # the pipeline's fill (``left`` above): from a standing start the cycle's K + 1
-                    # rollouts join together (no gate holds them), so the first ends after the
-                    # cohort's makespan and its training: R steps take about R x pace + (cohort +
-                    # train + sync - pace); with no cohort, min(rollout, train + sync). Pricing
-                    # the fill on one rollout had put 8:24 on 32 H200 (bundled Search-R1,
-                    # Qwen3-32B, K=1) at 63 s per step; its first two rollouts ran together for
-                    # 96.5 s and the five steps averaged 83.3 s (SIMULATED)
-                    first = ro_s if cohort_s is None or cohort_s != cohort_s else max(cohort_s, ro_s)
-                    fill = max(0.0, first + train_s + sync - base) / left
+                    # the pipeline's fill (``left`` above): R async steps from a standing start
+                    # take about R x max(rollout, train + sync) + min(rollout, train + sync)
+                    fill = min(ro_s, train_s + sync) / left
                     base, robust = base + fill, robust + fill
                 per_loop[loop_name(mode, streaming)] = float(base)
                 trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances, mode) + leave_async_s(current, mode)
