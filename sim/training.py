@@ -25,7 +25,6 @@ until the sync after the last segment, so training stays on-policy.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
