@@ -468,8 +468,12 @@ def test_near_async_ties_go_to_the_best_ranked_and_sync_ties_to_training() -> No
 def test_the_plan_in_force_is_always_a_candidate_as_it_is() -> None:
     """Keeping the plan in force costs no transition; the search priced "stay" only through the
     tree's best strategy for the same split, which may differ from the one running by a hair (a
-    re-shard: 6.7 s on 30B-A3B), and then moved elsewhere for a 1% forecast gain."""
+    re-shard: 6.7 s on 30B-A3B), and then moved elsewhere for a 1% forecast gain. Its layout is
+    kept; its micro-batch and recompute are the ones the step will settle (``libra.planner.settle``),
+    which move nothing between GPUs."""
     from dataclasses import replace
+
+    from libra.planner.plan import same_layout
 
     steps = list(generate_steps("search", 3, 64, 8, 0, max_context=8192))
     cl = ClusterSpec(32, "h100", "qwen3-8b", 8, max_context=8192)
@@ -478,8 +482,10 @@ def test_the_plan_in_force_is_always_a_candidate_as_it_is() -> None:
     # the plan in force runs a strategy the tree would not pick first (more recompute, same shape)
     running = replace(first, train=replace(first.train, recompute=not first.train.recompute))
     res = planner.search(steps[:2], steps[2].prompt_tokens, current=running)
-    kept = [c for c in res.candidates if c.train == running.train and c.rollout.instances == running.instances]
+    kept = [c for c in res.candidates if same_layout(c.train, running.train) and c.rollout.instances == running.instances]
     assert kept and kept[0].transition_s == 0.0
+    tokens, seq = planner.train_shape(res.stats)[:2]
+    assert planner.tree_time(kept[0].train, tokens, seq) <= planner.tree_time(running.train, tokens, seq)
     assert res.best.rank()[0] <= kept[0].rank()[0]
 
 

@@ -103,3 +103,25 @@ def test_the_simulator_trains_with_the_settled_knobs_and_refuses_a_settled_layou
     bad = Settling(plan, dataclasses.replace(PRIOR_SIZED, zero_stage=1))
     with pytest.raises(SimulationError, match="another layout"):
         Simulator(steps, bad, cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
+
+
+def test_the_planner_prices_the_plan_in_force_with_the_knobs_its_next_step_settles() -> None:
+    """Staying on the plan in force is priced with the micro-batch and recompute the step will
+    settle for its batch, not with the prior-sized knobs the plan carries: the simulator runs the
+    settled ones (``sim.loop``), and pricing the stale ones had made staying look 3x slower in
+    training than it runs (held_out_13 FireAct, SIMULATED). Before the change the kept candidate
+    carried ``PRIOR_SIZED`` itself and its time."""
+    from libra.planner.search import Planner, SearchOptions, same_shape
+
+    cluster = ClusterSpec(48, "b200", "qwen3-32b", gpus_per_node=8)
+    planner = Planner(cluster, options=SearchOptions(max_staleness=0, streaming=False, colocated=False))
+    hist = [make_step(s, 128, seed=3) for s in range(2)]
+    current = _plan(48, 24, PRIOR_SIZED)
+    res = planner.search(hist, hist[-1].prompt_tokens, current)
+    kept = [c for c in res.candidates if same_shape(c, current) and same_layout(c.train, PRIOR_SIZED) and c.transition_s == 0.0]
+    assert kept, "the plan in force is always a candidate while it fits"
+    c = kept[0]
+    assert c.train.micro_batch > 1 and same_layout(c.train, PRIOR_SIZED)
+    stale = planner.tree_time(PRIOR_SIZED, *planner.train_shape(res.stats)[:2])
+    fixed = c.train_s - planner.tree_time(c.train, *planner.train_shape(res.stats)[:2])
+    assert c.train_s - fixed < 0.6 * stale

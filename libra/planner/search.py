@@ -86,6 +86,7 @@ from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report,
 from libra.planner.feedback import RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, RolloutChoice, RolloutDP, plan_layout
+from libra.planner.settle import best_knobs
 from libra.planner.stats import PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
@@ -197,6 +198,9 @@ class SearchOptions:
     #: (the loop class of least worst-case regret over the known kinds' priors); False: from the
     #: default prior alone
     hedge_unknown_kind: bool = True
+    #: the user's micro-batch pin (``--micro-batch``): each step settles its knobs keeping it
+    #: (``libra.planner.settle``), and the plan in force is priced the same way
+    micro_batch: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_staleness < 0:
@@ -809,15 +813,23 @@ class Planner:
         # priced "stay" as a re-shard (30B-A3B on 64 B200: 6.7 s, where moving elsewhere cost 3.9 s
         # and was taken for a 1% forecast gain, SIMULATED)
         kept = self._kept(current, dp, seq_max)
+        # its micro-batch and recompute re-chosen for the forecast batch: each step settles them
+        # for its own batch (``libra.planner.settle``), so staying is priced as the simulator will
+        # run it, not with a prior's knobs (held_out_13 FireAct HotpotQA, 40 B200, K=0: the kept
+        # split was priced at 6.5 s of training that ran 1.9 s settled, and Libra moved, paying a
+        # 3.6 s re-shard, SIMULATED)
+        kept_train = self.kept_knobs(current.train, tokens, seq, seq_max) if kept is not None and current is not None else None
         if kept is not None and current is not None and current.colocated:
             if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
+                assert kept_train is not None
                 c = self._colocated(dp, tokens, seq, seq_max, current, float("inf"), fixed, correction, amortize,
-                                    keep=(kept, current.train), tail_dps=tail_dps)
+                                    keep=(kept, kept_train[0]), tail_dps=tail_dps)
                 if c is not None:
                     cands.append(c)
             kept = None
         if kept is not None:
-            c = price(current.n_train_gpus, current.train, self.tree_time(current.train, tokens, seq), kept)  # type: ignore[union-attr]
+            assert current is not None and kept_train is not None
+            c = price(current.n_train_gpus, kept_train[0], kept_train[1], kept)
             if c is not None:
                 cands.append(c)
                 state["incumbent"] = min(float(state["incumbent"]), c.rank()[0])
@@ -844,6 +856,12 @@ class Planner:
         if len(best.rollout.layout.tps) > 1:  # its forecast gain, checked after the step ran (``observe``)
             best = replace(best, one_bucket_rollout_s=dp.best_one_bucket_s(best.rollout.n_gpus))
         return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped)
+
+    def kept_knobs(self, train: TrainConfig, tokens: int, seq: int, memory: int) -> tuple[TrainConfig, float]:
+        """The plan in force's training ``train`` with the micro-batch and recompute the step
+        will settle for a batch of ``tokens`` / ``seq`` holding ``memory`` tokens
+        (``libra.planner.settle.best_knobs``, the user's ``micro_batch`` pin kept), and its time."""
+        return best_knobs(self.tree, train, tokens, seq, memory, self.options.micro_batch)
 
     def tree_time(self, cfg: TrainConfig, tokens: int, seq: int) -> float:
         """The training stage of ``cfg``, exactly as the decision tree times its leaves."""

@@ -42,16 +42,35 @@ def longest_sequence(seen: Sequence[StepArrays]) -> int:
     return max((int(s.total_tokens.max()) for s in seen if s.n), default=0)
 
 
+def best_knobs(tree: DecisionTree, train: TrainConfig, tokens: int, seq: int, memory: int,
+               micro_batch: int | None = None) -> tuple[TrainConfig, float]:
+    """The fastest strategy with ``train``'s layout (micro-batch and recompute re-chosen) for a
+    batch of ``tokens`` in sequences of mean length ``seq``, holding ``memory`` tokens, and its
+    time (``StepCosts.train_s``, the simulator's charge). ``train`` itself, timed, when no
+    strategy of its layout fits (the simulator charges no OOM, so keeping it is conservative)
+    and on ties; ``micro_batch``: a user's pin, kept as given.
+
+    Both sides use it: the backend settling a step about to train (``settle_training``) and the
+    planner pricing the plan in force for the next step (``Planner._search``), so that the
+    planner forecasts the knobs the simulator will run."""
+    timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
+    res = enumerate_strategies(tree.ev, train.n_gpus, max(1, tokens // max(1, seq)), memory, tree.gpus_per_node, timer, bound=False)
+    best, best_s = train, float(timer(train))
+    for t, cfg in res.ranked:
+        if not same_layout(cfg, train) or (micro_batch is not None and cfg.micro_batch != micro_batch):
+            continue
+        if t < best_s:
+            best, best_s = cfg, float(t)
+        break  # ranked fastest first
+    return best, best_s
+
+
 def settle_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, seen: Sequence[StepArrays],
                     declared_context: int | None, cap_gpus: int, micro_batch: int | None = None) -> TrainConfig:
     """The fastest strategy with ``train``'s layout for ``batch`` (the step about to train),
     holding the longest of ``seen`` (the steps whose rollouts are over, ``batch`` among them) in
-    memory, or the declared context limit when a strategy on ``cap_gpus`` holds it.
-
-    ``micro_batch``: a user's pin (``--micro-batch``), kept as given. ``train`` itself is kept
-    when no strategy of its layout fits the memory check (it was planned for the longest
-    sequence the planner knew; the simulator charges no OOM, so keeping it is the conservative
-    choice) and on ties. The time is ``StepCosts.train_s``, the simulator's charge.
+    memory, or the declared context limit when a strategy on ``cap_gpus`` holds it
+    (``best_knobs``).
     """
     if not batch.n:
         return train
@@ -61,13 +80,4 @@ def settle_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, s
     longest = max(longest_sequence(seen), int(total.max()))
     longest = int(-(-max(longest, 1) // 256) * 256)  # the planner's rounding (``Planner.train_shape``)
     memory = tree.memory_length(cap_gpus, tokens, seq, longest, declared_context)
-    timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
-    res = enumerate_strategies(tree.ev, train.n_gpus, max(1, tokens // seq), memory, tree.gpus_per_node, timer, bound=False)
-    best, best_s = train, float(timer(train))
-    for t, cfg in res.ranked:
-        if not same_layout(cfg, train) or (micro_batch is not None and cfg.micro_batch != micro_batch):
-            continue
-        if t < best_s:
-            best, best_s = cfg, t
-        break  # ranked fastest first
-    return best
+    return best_knobs(tree, train, tokens, seq, memory, micro_batch)[0]

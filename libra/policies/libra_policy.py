@@ -93,6 +93,7 @@ class LibraPolicy:
             kl=o.kl,
             run_steps=o.run_steps,
             continuous=o.continuous,
+            micro_batch=o.micro_batch,
         )
         self._cluster: ClusterSpec | None = None
         self._ev: CostModel | None = o.ev
