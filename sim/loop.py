@@ -211,6 +211,8 @@ class Simulator:
         self.metrics: list[StepMetrics | None] = [None] * n
         self._prev_plan: Plan | None = None
         self._transitions: list[Transition] = [Transition()] * n
+        self._planned_train: list[Any] = [None] * n  # each step's plan's training strategy, before any settling
+        self._held_train: tuple[Plan, Any] | None = None  # (plan, strategy) of the last training: what the trainer holds
         self._charged: list[list[float]] = [[0.0, 0.0] for _ in range(n)]  # transition charged: rollout side, training side
         self._step_loop: list[tuple[str, int]] = [("sync", 0)] * n  # (loop that ran, staleness)
         self._progress = progress
@@ -282,6 +284,7 @@ class Simulator:
             trans = self.costs.step.transition(self._prev_plan, plan.n_train_gpus, plan.train, plan.instances)
             self._prev_plan = plan
             self._transitions[j] = trans
+            self._planned_train[j] = plan.train
             load = trans.to_rollout_s * self.noise_xfer.factor() if trans.moved else 0.0
             self._charged[j][0] = load
             sched = self.policy.scheduler(plan, future=step) if getattr(self.policy, "sees_future", False) else self.policy.scheduler(plan)
@@ -412,16 +415,26 @@ class Simulator:
         settle = getattr(self.policy, "settle_training", None)
         if settle is not None and job.feed is None:  # a complete batch: its micro-batch and recompute are set for it
             cfg = settle(plan, step, tuple(self.history))
-            if not same_layout(cfg, plan.train):
-                raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s training on {cfg}, another layout "
-                                      f"than its plan's {plan.train}: a layout change is a plan transition")
+            if cfg.n_gpus != plan.train.n_gpus or plan.colocated and not same_layout(cfg, plan.train):
+                raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s training on {cfg}, not on its plan's "
+                                      f"{plan.n_train_gpus} training GPUs ({plan.train}): a split change is a plan transition")
             job.settle(cfg)
             plan = dataclasses.replace(plan, train=cfg)
         trans = self._transitions[j]
-        if trans.train_changed and trans.to_train_s > 0:  # a plan transition: re-shard for the new strategy
-            reshard = trans.to_train_s * self.noise_xfer.factor()
-            self._charged[j][1] = reshard
-            yield env.timeout(reshard)
+        held = self._held_train
+        if held is not None and not plan.colocated and not held[0].colocated:
+            # split to split: the trainer re-shards when it trains another layout or GPU count than
+            # it holds (a plan transition, or a layout a policy settled: ``Policy.settle_training``)
+            changed = plan.n_train_gpus != held[0].n_train_gpus or not same_layout(plan.train, held[1])
+        else:  # the first training (the planned layout was loaded at start), or a time-shared plan
+            changed = trans.train_changed or (held is None and not same_layout(plan.train, self._planned_train[j]))
+        self._held_train = (plan, plan.train)
+        if changed:  # re-shard for the new strategy
+            base = trans.to_train_s if trans.train_changed and same_layout(plan.train, self._planned_train[j]) else self.costs.step.lend_s(plan.train, 1)
+            if base > 0:
+                reshard = base * self.noise_xfer.factor()
+                self._charged[j][1] = reshard
+                yield env.timeout(reshard)
         switch_in = switch_out = 0.0
         tps = [ri.tp for ri in plan.instances]
         rtp = max(tps) if tps else 1

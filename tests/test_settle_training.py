@@ -86,7 +86,7 @@ class Settling(FixedPolicy):
         return self.to
 
 
-def test_the_simulator_trains_with_the_settled_knobs_and_refuses_a_settled_layout_change() -> None:
+def test_the_simulator_trains_with_the_settled_knobs_and_refuses_a_settled_split_change() -> None:
     ev = CostEvaluator("b200", "qwen3-32b")
     cluster = ClusterSpec(48, "b200", "qwen3-32b")
     steps = [make_step(s, 64, seed=2) for s in range(2)]
@@ -100,9 +100,48 @@ def test_the_simulator_trains_with_the_settled_knobs_and_refuses_a_settled_layou
         tokens, seq = int(st.total_tokens.sum()), int(round(float(st.total_tokens.mean())))
         assert m.train_s == pytest.approx(training_time_fn(ev, tokens, seq)(knobs) + sc.step_fixed_s(st.n), rel=1e-12)
         assert m.transition_s == 0.0
-    bad = Settling(plan, dataclasses.replace(PRIOR_SIZED, zero_stage=1))
-    with pytest.raises(SimulationError, match="another layout"):
+    bad = Settling(plan, dataclasses.replace(PRIOR_SIZED, dp=11))
+    with pytest.raises(SimulationError, match="split change"):
         Simulator(steps, bad, cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
+
+
+def test_a_settled_layout_is_one_reshard_and_the_trainer_then_holds_it() -> None:
+    """A policy may settle another layout on the plan's training GPUs (Libra's first training,
+    ``first_layout``): the simulator charges the re-shard once (``StepCosts.lend_s``, a plan
+    transition's price), and a later step trained in the layout the trainer holds pays none,
+    whatever its plan carried. Before, any settled layout change was refused."""
+    ev = CostEvaluator("b200", "qwen3-32b")
+    cluster = ClusterSpec(48, "b200", "qwen3-32b")
+    steps = [make_step(s, 64, seed=2) for s in range(3)]
+    zero1 = dataclasses.replace(PRIOR_SIZED, zero_stage=1, micro_batch=4, recompute=False)
+    res = Simulator(steps, Settling(_plan(48, 24, PRIOR_SIZED), zero1), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
+    sc = StepCosts(ev, 8)
+    assert [m.transition_s for m in res.steps] == pytest.approx([sc.lend_s(zero1, 1), 0.0, 0.0], rel=1e-12)
+    for st, m in zip(steps, res.steps):
+        tokens, seq = int(st.total_tokens.sum()), int(round(float(st.total_tokens.mean())))
+        assert m.train_s == pytest.approx(training_time_fn(ev, tokens, seq)(zero1) + sc.step_fixed_s(st.n), rel=1e-12)
+
+
+def test_the_first_training_moves_a_prior_sized_layout_only_when_the_gain_pays_the_reshard() -> None:
+    """Qwen3-30B-A3B on 16 H100, planned for a 64K-token prior (ZeRO-3, TP 2, no expert
+    parallelism): on a batch of short sequences another layout trains about 1.1 s faster a
+    step, and the re-shard costs about 3.2 s. Paid over the 4 steps the planner amortizes a
+    change over it moves; over one step it stays (``libra.planner.settle.first_layout``)."""
+    from libra.planner.settle import first_layout
+
+    ev = CostEvaluator("h100", "qwen3-30b-a3b")
+    tree = DecisionTree(StepCosts(ev, 8), 8)
+    prior = TrainConfig(tp=2, pp=1, dp=8, zero_stage=3, micro_batch=1, recompute=True)
+    batch = make_step(0, 128, seed=1)
+    settled = settle_training(tree, prior, batch, [batch], None, 16)
+    assert same_layout(settled, prior)
+    tokens, seq = int(batch.total_tokens.sum()), int(round(float(batch.total_tokens.mean())))
+    timer = training_time_fn(tree.costs, tokens, seq)
+    moved = first_layout(tree, settled, batch, [batch], None, 16, 4.0)
+    assert not same_layout(moved, prior) and moved.n_gpus == 16
+    gain = timer(settled) - timer(moved)
+    assert gain < tree.costs.lend_s(moved, 1) < 4 * gain
+    assert first_layout(tree, settled, batch, [batch], None, 16, 1.0) is settled
 
 
 def test_the_planner_prices_the_plan_in_force_with_the_knobs_its_next_step_settles() -> None:

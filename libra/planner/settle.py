@@ -81,3 +81,42 @@ def settle_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, s
     longest = int(-(-max(longest, 1) // 256) * 256)  # the planner's rounding (``Planner.train_shape``)
     memory = tree.memory_length(cap_gpus, tokens, seq, longest, declared_context)
     return best_knobs(tree, train, tokens, seq, memory, micro_batch)[0]
+
+
+def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, seen: Sequence[StepArrays],
+                 declared_context: int | None, cap_gpus: int, steps_paid_over: float,
+                 micro_batch: int | None = None) -> TrainConfig:
+    """The run's first training may also change the *layout* on its GPUs: ``settled`` (the plan's
+    layout with its knobs settled for ``batch``, ``settle_training``), or the fastest strategy on
+    the same GPU count when its gain over ``settled``, paid over ``steps_paid_over`` steps (the
+    planner's ``amortize_over``: the plan is kept while it holds), beats the re-shard it costs
+    (``StepCosts.lend_s``: each GPU loads the new strategy's shard, the simulator's charge for a
+    layout change, ``sim.loop``).
+
+    Why only the first: before it no optimizer step has run, and the layout was sized for a
+    length prior, not for measured sequences (an undeclared workload's prior reaches 64K tokens:
+    ZeRO-3 at TP 2 without expert parallelism on Qwen3-30B-A3B, 3.2 s of training a step where
+    the layout chosen for the trace's 4K-token sequences takes 0.75 s; held_out_12 FireAct
+    multitask, 48 H100, K=1, SIMULATED). At K >= 1 the second step was planned before the first
+    ran, so two steps of a short log trained in the prior's layout. Later layouts are the
+    planner's, priced as transitions like any other change."""
+    if not batch.n:
+        return settled
+    total = batch.total_tokens
+    tokens = max(1, int(total.sum()))
+    seq = max(1, int(round(float(total.mean()))))
+    longest = max(longest_sequence(seen), int(total.max()))
+    longest = int(-(-max(longest, 1) // 256) * 256)
+    memory = tree.memory_length(cap_gpus, tokens, seq, longest, declared_context)
+    timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
+    base_s = float(timer(settled))
+    res = enumerate_strategies(tree.ev, settled.n_gpus, max(1, tokens // seq), memory, tree.gpus_per_node, timer, bound=False)
+    for t, cfg in res.ranked:  # fastest first
+        if micro_batch is not None and cfg.micro_batch != micro_batch:
+            continue
+        if same_layout(cfg, settled):
+            return settled
+        if (base_s - float(t)) * max(1.0, float(steps_paid_over)) > tree.costs.lend_s(cfg, 1):
+            return cfg
+        return settled
+    return settled

@@ -42,9 +42,9 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, make_evaluator
 from libra.planner.feedback import StepOutcome
-from libra.planner.plan import Plan, TrainConfig
+from libra.planner.plan import Plan, TrainConfig, same_layout
 from libra.planner.search import Planner, Replanner, SearchOptions, declared_context
-from libra.planner.settle import settle_training
+from libra.planner.settle import first_layout, settle_training
 from libra.policies.options import PolicyOptions, options_for
 from libra.pool.base import PoolPolicy
 from libra.pool.elastic import ElasticPool
@@ -100,12 +100,15 @@ class LibraPolicy:
         self._replanner: Replanner | None = None
         self._models: dict[int, tuple[Plan, RemainingWorkModel]] = {}
         self._last_model = RemainingWorkModel()
+        self._trained = False  # whether a training was settled yet (the first may change the layout)
+        self._relayout: tuple[TrainConfig, TrainConfig] | None = None  # (planned, moved to) by the first training
         self._setup(cluster)
 
     def _setup(self, cluster: ClusterSpec) -> None:
         if self._ev is None or (self._cluster is not None and (cluster.gpu, cluster.model) != (self._cluster.gpu, self._cluster.model)):
             self._ev = make_evaluator(cluster)
         self._cluster = cluster
+        self._trained, self._relayout = False, None  # a new cluster is a new run
         planner = Planner(cluster, self._ev, self._options)
         self._replanner = Replanner(
             planner, policy=self.options.replan, threshold=self.options.drift_threshold
@@ -122,6 +125,10 @@ class LibraPolicy:
         if cluster != self._cluster:
             self._setup(cluster)
         assert self._replanner is not None
+        current = self._replanner.current
+        if current is not None and self._relaid(current) is not current.train:
+            # the trainer holds the layout the first training moved to: staying is staying there
+            self._replanner.current = dataclasses.replace(current, train=self._relaid(current))
         try:
             plan = self._replanner.plan(history, prompt_tokens)
         except UserError:
@@ -186,10 +193,33 @@ class LibraPolicy:
     def settle_training(self, plan: Plan, batch: StepArrays, seen: Sequence[StepArrays]) -> TrainConfig:
         """The micro-batch and recompute for ``batch``, the step about to train, within the
         plan's training layout (``libra.planner.settle``): the plan sized them for a forecast
-        batch (the first step's, a length prior), and the batch is known now."""
+        batch (the first step's, a length prior), and the batch is known now.
+
+        The run's first training may change the layout too (``first_layout``: nothing has been
+        trained, and the layout was sized for a prior). A plan made before that, in the old
+        layout on the same GPUs (at K >= 1 the next step is planned before the first trains),
+        trains in the new one; the next search starts from it (``plan``)."""
         planner = self.planner
-        return settle_training(planner.tree, plan.train, batch, seen, declared_context(planner.cluster),
-                               planner.cluster.train_gpu_cap, self.options.micro_batch)
+        train = self._relaid(plan)
+        cfg = settle_training(planner.tree, train, batch, seen, declared_context(planner.cluster),
+                              planner.cluster.train_gpu_cap, self.options.micro_batch)
+        if not self._trained and not plan.colocated:
+            new = first_layout(planner.tree, cfg, batch, seen, declared_context(planner.cluster), planner.cluster.train_gpu_cap,
+                               planner.amortize_over(0), self.options.micro_batch)
+            if new is not cfg:
+                self._relayout = (plan.train, new)
+                cfg = new
+        self._trained = True
+        return cfg
+
+    def _relaid(self, plan: Plan) -> TrainConfig:
+        """``plan``'s training strategy, or the layout the first training moved it to when
+        ``plan`` still carries the old one (``settle_training``)."""
+        if self._relayout is not None and not plan.colocated:
+            old, new = self._relayout
+            if same_layout(plan.train, old) and plan.train.n_gpus == new.n_gpus:
+                return new
+        return plan.train
 
     def pool(self, plan: Plan) -> PoolPolicy | None:
         """The elastic pool for the step, or None (fixed split, or a time-shared plan)."""
