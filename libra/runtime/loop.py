@@ -359,8 +359,8 @@ class Runner:
 
     def _settle(self, policy: Any, plan: Any, step: int) -> Any:
         """``plan`` with the training knobs (micro-batch, recompute) the policy settles for this
-        step's batch, the one libra-sim trains with too (``Policy.settle_training``). The layout
-        stays the plan's. This run's trainers set neither knob from the plan (they cut micro-batches
+        step's batch, the one libra-sim trains with too (``Policy.settle_training``; Libra's first
+        training may also settle another layout on the same GPUs). This run's trainers set neither knob from the plan (they cut micro-batches
         at a token budget, ``grpo.LOGPROB_TOKENS``, much as the settled knobs do, and run no
         activation recompute), so the settled values are logged, not executed."""
         settle = getattr(policy, "settle_training", None)
@@ -369,8 +369,12 @@ class Runner:
         cfg = settle(plan, self.history[-1], list(self.history))
         if cfg == plan.train:
             return plan
-        if not same_layout(cfg, plan.train):
-            raise RuntimeError(f"policy {self.cfg.policy} settled step {step}'s training on another layout ({cfg}) than its plan's")
+        if cfg.n_gpus != plan.train.n_gpus:
+            raise RuntimeError(f"policy {self.cfg.policy} settled step {step}'s training on {cfg.n_gpus} GPUs, not its plan's {plan.train.n_gpus}")
+        if not same_layout(cfg, plan.train):  # Libra's first training may re-lay its GPUs (libra.planner.settle.first_layout)
+            self.log(f"step {step}: training layout settled for the batch: TP {cfg.tp} x PP {cfg.pp} x DP {cfg.dp}, EP {cfg.ep}, "
+                     f"ZeRO-{cfg.zero_stage} (planned TP {plan.train.tp} x PP {plan.train.pp} x DP {plan.train.dp}, EP {plan.train.ep}, "
+                     f"ZeRO-{plan.train.zero_stage}; recorded, not executed: this run's trainers keep their own layout)")
         self.log(f"step {step}: training knobs settled for the batch: micro-batch {cfg.micro_batch}, "
                  f"recompute {'on' if cfg.recompute else 'off'} (planned {plan.train.micro_batch}, "
                  f"{'on' if plan.train.recompute else 'off'}; recorded, not executed by this trainer)")
