@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -98,6 +98,14 @@ class WorkloadStats:
     #: planned from a prior: the same prior stretched shorter and longer (``PRIOR_STRETCH``), each
     #: digested like this one; the rollout DP chooses what is safe under all of them
     scenarios: tuple[WorkloadStats, ...] = ()
+    #: the step's start (``RolloutDP.raw_times``): every trajectory of a step is queued at once,
+    #: so each tail's first turn decodes beside everyone's first turn, after their prompts'
+    #: prefill. Per tail: its first turn's generated tokens, and the mean over the pooled
+    #: trajectories of min(their first turn, the tail's): how many of them still decode, on
+    #: average, while it does. Empty: no start term (the DP's model before it).
+    tail_first_decode: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    first_decode_overlap: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mean_prompt_tokens: float = 0.0
 
     @property
     def n_cells(self) -> int:
@@ -276,10 +284,17 @@ def compute_stats(
     tctx = np.zeros((k_tails, n_cells))
     tpre = np.zeros((k_tails, n_cells))
     tail_tool = np.zeros(k_tails)
+    tail_first = np.zeros(k_tails)
+    first_overlap = np.zeros(k_tails)
+    firsts = np.concatenate([s.gen_tokens[s.turn_offsets[:-1]] for s in steps if s.n and len(s.gen_tokens)]).astype(np.float64) \
+        if any(s.n and len(s.gen_tokens) for s in steps) else np.zeros(0)
     tail_ctx = 0
     for k, (s, i) in enumerate(chosen):
         a, b = int(s.turn_offsets[i]), int(s.turn_offsets[i + 1])
         gen = s.gen_tokens[a:b]
+        if len(gen):
+            tail_first[k] = float(gen[0])
+            first_overlap[k] = float(np.minimum(firsts, gen[0]).mean()) if len(firsts) else 0.0
         ret = s.tool_tokens[a:b]
         starts = s.prompt_tokens[i] + np.concatenate([[0], np.cumsum(gen + ret)[:-1]])
         n_, s_ = _overlap(starts, starts + gen, edges)
@@ -294,6 +309,9 @@ def compute_stats(
     for arr in (edges, np.round(dec), np.round(ctx, -3), np.round(pre), np.round(reach), tdec, tctx, tpre):
         h.update(np.ascontiguousarray(arr, np.float64).tobytes())
     h.update(np.round(tail_tool, 3).tobytes())
+    prompt_mean = float(np.mean(prompt_tokens)) if prompt_tokens is not None and len(prompt_tokens) else \
+        float(np.mean(np.concatenate([s.prompt_tokens for s in steps]))) if n_hist else 0.0
+    h.update(np.round(np.concatenate([tail_first, first_overlap, [prompt_mean]]), 3).tobytes())
     h.update(f"{n_next}".encode())
     by_length = np.argsort(finals, kind="stable")
     return WorkloadStats(
@@ -315,6 +333,9 @@ def compute_stats(
         tool_latency_median_s=medians,
         digest=h.hexdigest()[:16],
         from_prior=from_prior,
+        tail_first_decode=tail_first,
+        first_decode_overlap=first_overlap,
+        mean_prompt_tokens=prompt_mean,
     )
 
 
