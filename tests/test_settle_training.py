@@ -164,3 +164,26 @@ def test_the_planner_prices_the_plan_in_force_with_the_knobs_its_next_step_settl
     stale = planner.tree_time(PRIOR_SIZED, *planner.train_shape(res.stats)[:2])
     fixed = c.train_s - planner.tree_time(c.train, *planner.train_shape(res.stats)[:2])
     assert c.train_s - fixed < 0.6 * stale
+
+
+def test_the_first_re_layout_counts_only_the_step_time_it_saves() -> None:
+    """Priced by the step (``step_price``: an async K=1 pipeline is the slower of the rollout and
+    training + sync), the same re-layout pays when the training chain binds and not when a
+    longer rollout hides it: the first version, counting the training time, re-laid a
+    rollout-bound FireAct run for a 4.4 s re-shard that saved nothing (held_out_15,
+    SIMULATED)."""
+    from libra.planner.settle import first_layout
+
+    ev = CostEvaluator("h100", "qwen3-30b-a3b")
+    tree = DecisionTree(StepCosts(ev, 8), 8)
+    prior = TrainConfig(tp=2, pp=1, dp=8, zero_stage=3, micro_batch=1, recompute=True)
+    batch = make_step(0, 128, seed=1)
+    settled = settle_training(tree, prior, batch, [batch], None, 16)
+    tokens, seq = int(batch.total_tokens.sum()), int(round(float(batch.total_tokens.mean())))
+    slow = training_time_fn(tree.costs, tokens, seq)(settled)
+
+    def pipeline(rollout_s: float) -> Any:
+        return lambda cfg, train_s: max(rollout_s, train_s + 1.0)
+
+    assert not same_layout(first_layout(tree, settled, batch, [batch], None, 16, 4.0, step_price=pipeline(0.5)), prior)
+    assert first_layout(tree, settled, batch, [batch], None, 16, 4.0, step_price=pipeline(slow + 5.0)) is settled

@@ -43,7 +43,8 @@ from libra.errors import UserError
 from libra.planner.costs import CostModel, make_evaluator
 from libra.planner.feedback import StepOutcome
 from libra.planner.plan import Plan, TrainConfig, same_layout
-from libra.planner.search import Planner, Replanner, SearchOptions, declared_context
+from libra.planner.search import Planner, Replanner, SearchOptions, declared_context, step_time
+from libra.planner.transfers import weight_sync_s
 from libra.planner.settle import first_layout, settle_training
 from libra.policies.options import PolicyOptions, options_for
 from libra.pool.base import PoolPolicy
@@ -102,6 +103,7 @@ class LibraPolicy:
         self._last_model = RemainingWorkModel()
         self._trained = False  # whether a training was settled yet (the first may change the layout)
         self._relayout: tuple[TrainConfig, TrainConfig] | None = None  # (planned, moved to) by the first training
+        self._measured_rollout_s: dict[int, float] = {}  # step -> its measured rollout, until the first training
         self._setup(cluster)
 
     def _setup(self, cluster: ClusterSpec) -> None:
@@ -109,6 +111,7 @@ class LibraPolicy:
             self._ev = make_evaluator(cluster)
         self._cluster = cluster
         self._trained, self._relayout = False, None  # a new cluster is a new run
+        self._measured_rollout_s: dict[int, float] = {}
         planner = Planner(cluster, self._ev, self._options)
         self._replanner = Replanner(
             planner, policy=self.options.replan, threshold=self.options.drift_threshold
@@ -147,6 +150,8 @@ class LibraPolicy:
         predictions were off for that layout kind (``libra.planner.feedback``)."""
         if self._replanner is not None:
             self._replanner.planner.observe(outcome)
+        if not self._trained:  # the first training's re-layout prices its step with it (``settle_training``)
+            self._measured_rollout_s[outcome.step] = float(outcome.rollout_s)
 
     def _plan_assuming_cap(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
         """The first step when no context limit is declared and nothing fits the length prior's
@@ -204,8 +209,20 @@ class LibraPolicy:
         cfg = settle_training(planner.tree, train, batch, seen, declared_context(planner.cluster),
                               planner.cluster.train_gpu_cap, self.options.micro_batch)
         if not self._trained and not plan.colocated:
+            # the step's price of each strategy: the plan's loop with this step's rollout as the
+            # backend measured it (``observe``, called before its training starts; else the load
+            # model's hindsight prediction), the strategy's training and its weight sync
+            rollout = self._measured_rollout_s.get(batch.step, float("nan"))
+            if rollout != rollout:
+                rollout = planner.hindsight_rollout_s(plan, batch)
+            rollout = rollout if rollout == rollout else 0.0
+
+            def step_price(strategy: TrainConfig, train_s: float) -> float:
+                sync = weight_sync_s(planner.step_costs, planner.cluster, plan.n_train_gpus, strategy, plan.instances)
+                return step_time(plan.mode, rollout, train_s, sync)
+
             new = first_layout(planner.tree, cfg, batch, seen, declared_context(planner.cluster), planner.cluster.train_gpu_cap,
-                               planner.amortize_over(0), self.options.micro_batch)
+                               planner.amortize_over(0), self.options.micro_batch, step_price)
             if new is not cfg:
                 self._relayout = (plan.train, new)
                 cfg = new
