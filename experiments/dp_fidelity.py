@@ -18,7 +18,8 @@ run with this script copied into a checkout of it):
 | --- | ---: | ---: | ---: | ---: |
 | commit 373b7e5 (the tail at the average instance's batch) | 1.061 | 10.2% | 0.100 | 0.882..1.468 |
 | + the tail's own instance's batch | 1.054 | 9.3% | 0.093 | 0.921..1.468 |
-| + the others' prefill in the tail's iterations (current) | 1.031 | 7.2% | 0.079 | 0.886..1.421 |
+| + the others' prefill in the tail's iterations | 1.031 | 7.2% | 0.079 | 0.886..1.421 |
+| + the step's start: first turns together, after the prompts (session 13, current) | 1.012 | 5.3% | 0.068 | 0.877..1.332 |
 
 The residual is largest where the critical path binds on a loaded instance (Search-R1 steps 14
 and 20 on 48 A800: 1.1-1.4x, more with fewer instances); the likely cause, not verified, is that

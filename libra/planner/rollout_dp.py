@@ -28,7 +28,13 @@ bucket's context range, the decode tokens ``T``, their KV-context sum ``S``, the
   alone, and more instances stopped helping long before they did in replay); ``f`` is the part of
   its life it decodes (not in tool calls), and the same part of the others' prefill on its
   instance, ``f (P - tail_P) prefill_per_token(t) / m``, runs in its iterations too (chunked
-  prefill; Search-R1's retrieved passages make that most of the work).
+  prefill; Search-R1's retrieved passages make that most of the work);
+* in the first bucket the tail also pays the step's start (``_start_s``): every trajectory is
+  queued at once, so its first turn of ``first`` tokens decodes beside everyone's first turn,
+  ``B1 = clip(1 + (min(n/m, Bcap) - 1) * overlap / first, 1, Bcap)`` (``overlap``: the mean of
+  min(a first turn, the tail's)), at ``first * (iter(B1) - iter(B_tail))`` more, after the prompts
+  admitted with it, ``(1 - f) (min(n/m, Bcap) - 1) * mean prompt * prefill_per_token(t)`` (the
+  part of their prefill the lifetime share ``f`` did not charge).
 
 The rollout makespan of counts ``m`` is
 
