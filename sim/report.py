@@ -165,7 +165,8 @@ def write_csv(path: str, results: Sequence[RunResult]) -> None:
 
 def _modes(results: Sequence[RunResult]) -> str:
     """The loop mode(s) that actually ran (a policy's default, or ``--mode``), for plot titles."""
-    modes = sorted({r.mode for r in results})
+    # a run that changed loop mid-way reports "async/sync": its parts, once each
+    modes = sorted({m for r in results for m in str(r.mode).split("/") if m})
     return "/".join(modes) + " mode"
 
 
