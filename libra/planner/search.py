@@ -647,9 +647,7 @@ class Planner:
         regret = {c: max(p[c] / min(p.values()) for p in prices) for c in classes}
         pick = min(classes, key=lambda c: (regret[c], prices[0][c]))
         if pick == loop_class(nominal.best):
-            of_nominal = [c for c in nominal.candidates if loop_class(c) == pick]
-            best = self._least_regret_split(of_nominal, runs, prices, pick) or nominal.best
-            return replace(nominal, best=best, hedge=regret)
+            return replace(nominal, hedge=regret)
         # the default prior's candidates hold each split's best loop only: the picked loop is
         # priced on every split by the same search with that loop pinned
         if pick == "time-shared":
@@ -665,45 +663,9 @@ class Planner:
             of_class = [c for c in pinned.candidates if loop_class(c) == pick]
         if not of_class:
             return replace(nominal, hedge=regret)
-        best = self._least_regret_split(of_class, runs, prices, pick) or stay_within_tolerance(choose(of_class), of_class, current)
+        best = stay_within_tolerance(choose(of_class), of_class, current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret)
-
-    @staticmethod
-    def _least_regret_split(of_class: Sequence[Candidate], runs: Sequence[SearchResult], prices: Sequence[dict[str, float]],
-                            pick: str) -> Candidate | None:
-        """Among ``of_class`` (the default prior's candidates of the loop class ``pick``, one per
-        split), the split of least worst-case regret over the prior scenarios ``runs``: in each
-        scenario the split's price is that scenario's own candidate on the same training GPU count
-        for the class (``mode_step_s``), its regret that price over the scenario's best of any
-        class (``prices``). Splits some scenario did not price are left out; None when no split
-        is priced in every scenario (or the class is time-shared: one split).
-
-        Why: the loop class was hedged, the split was not: it came from the default (SWE-like)
-        prior alone. A short real log of undeclared kind then ran both prior-planned async steps
-        on that split (held_out_15 fireact-multi/h100-24-14b/K1: 12:12 where the hindsight plan
-        is 16:8, 0.86x, SIMULATED)."""
-        if pick == "time-shared" or not of_class:
-            return None
-        per_run: list[dict[int, float]] = []
-        for r in runs:
-            table: dict[int, float] = {}
-            for c in r.candidates:
-                if c.colocated or pick not in c.mode_step_s:
-                    continue
-                table[c.n_train] = min(table.get(c.n_train, float("inf")), float(c.mode_step_s[pick]))
-            per_run.append(table)
-        floors = [min(p.values()) for p in prices]
-        best: Candidate | None = None
-        best_key: tuple[float, float] = (float("inf"), float("inf"))
-        for c in of_class:
-            if c.colocated or not all(c.n_train in t for t in per_run):
-                continue
-            worst = max(t[c.n_train] / f for t, f in zip(per_run, floors) if f > 0)
-            key = (worst, c.rank()[0])
-            if key < best_key:
-                best, best_key = c, key
-        return best
 
     def _search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None,
                 spec: PriorSpec, bound: bool = True) -> SearchResult:
