@@ -166,24 +166,35 @@ def test_the_planner_prices_the_plan_in_force_with_the_knobs_its_next_step_settl
     assert c.train_s - fixed < 0.6 * stale
 
 
-def test_the_first_re_layout_counts_only_the_step_time_it_saves() -> None:
-    """Priced by the step (``step_price``: an async K=1 pipeline is the slower of the rollout and
-    training + sync), the same re-layout pays when the training chain binds and not when a
-    longer rollout hides it: the first version, counting the training time, re-laid a
-    rollout-bound FireAct run for a 4.4 s re-shard that saved nothing (held_out_15,
-    SIMULATED)."""
-    from libra.planner.settle import first_layout
+def test_the_first_re_layout_counts_only_the_run_time_it_saves() -> None:
+    """Priced by the run (``run_price``: the steps paid over, in the plan's loop), the same
+    re-layout pays over four chain-bound steps and not over one step."""
+    from libra.planner.settle import first_layout, pipeline_run_s
 
     ev = CostEvaluator("h100", "qwen3-30b-a3b")
     tree = DecisionTree(StepCosts(ev, 8), 8)
     prior = TrainConfig(tp=2, pp=1, dp=8, zero_stage=3, micro_batch=1, recompute=True)
     batch = make_step(0, 128, seed=1)
     settled = settle_training(tree, prior, batch, [batch], None, 16)
-    tokens, seq = int(batch.total_tokens.sum()), int(round(float(batch.total_tokens.mean())))
-    slow = training_time_fn(tree.costs, tokens, seq)(settled)
 
-    def pipeline(rollout_s: float) -> Any:
-        return lambda cfg, train_s: max(rollout_s, train_s + 1.0)
+    def pipeline(rollout_s: float, steps: int) -> Any:
+        return lambda cfg, train_s, reshard_s: pipeline_run_s("async", 1, rollout_s, train_s + 1.0, steps, reshard_s)
 
-    assert not same_layout(first_layout(tree, settled, batch, [batch], None, 16, 4.0, step_price=pipeline(0.5)), prior)
-    assert first_layout(tree, settled, batch, [batch], None, 16, 4.0, step_price=pipeline(slow + 5.0)) is settled
+    assert not same_layout(first_layout(tree, settled, batch, [batch], None, 16, 4.0, run_price=pipeline(0.5, 4)), prior)
+    assert first_layout(tree, settled, batch, [batch], None, 16, 1.0, run_price=pipeline(60.0, 1)) is settled
+
+
+def test_a_short_async_run_pays_its_training_chain_at_every_step() -> None:
+    """``pipeline_run_s`` is the simulator's gate recurrence: with K=1 and a rollout longer than
+    the chain, the steady state hides the chain, but three steps from a standing start pay it
+    twice, 2 R + 2 C (held_out_17's worst row: 4.45 s rollouts and a 2.76 s chain, 14.42 s; the
+    simulator ran 14.79 s with its measured rollouts)."""
+    from libra.planner.settle import pipeline_run_s
+
+    assert pipeline_run_s("async", 1, 4.45, 2.76, 3) == pytest.approx(2 * 4.45 + 2 * 2.76)
+    assert pipeline_run_s("async", 1, 4.45, 1.33, 3) == pytest.approx(2 * 4.45 + 2 * 1.33)
+    # long runs approach the steady state max(rollout, chain) per step ((R + C) / (K + 1) at most)
+    long = pipeline_run_s("async", 1, 10.0, 4.0, 200)
+    assert 200 * 7.0 <= long <= 200 * 7.0 + 14.0
+    assert pipeline_run_s("sync", 0, 4.0, 2.0, 3, 1.5) == pytest.approx(3 * 6.0 + 1.5)
+    assert pipeline_run_s("async", 1, 4.45, 1.33, 3, 2.0) == pytest.approx(2 * 4.45 + 2 * 1.33 + 2.0)

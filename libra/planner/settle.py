@@ -83,9 +83,33 @@ def settle_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, s
     return best_knobs(tree, train, tokens, seq, memory, micro_batch)[0]
 
 
+def pipeline_run_s(mode: str, staleness: int, rollout_s: float, chain_s: float, steps: int, first_extra_s: float = 0.0) -> float:
+    """The time ``steps`` steps take from a standing start when each rollout takes ``rollout_s``
+    and each step's training plus weight sync ``chain_s`` (``first_extra_s`` more in the first
+    step's training, e.g. a re-shard). Sync: each step adds both. Async with staleness ``K``
+    (the simulator's gate: step n's rollout starts when step n - K - 1 has synced, and training
+    is serial): ``end(n) = max(end(n-1), end(n-K-1) + rollout) + chain``.
+
+    Why the recurrence and not the steady state ``max(rollout, chain)``: a short run pays its
+    fill. On a 3-step FireAct log at K=1 the rollout (4.4 s) was longer than the chain (2.8 s),
+    so the steady state priced a faster training at nothing, yet the run paid the chain at every
+    step (14.8 s against 11.9 s for a baseline training 0.56 s a step; held_out_17
+    fireact-hotpotqa/b200-24-8b/K1, SIMULATED)."""
+    n_steps = max(1, int(steps))
+    if mode != "async":
+        return n_steps * (rollout_s + chain_s) + first_extra_s
+    k = max(1, int(staleness))
+    ends: list[float] = []
+    for n in range(n_steps):
+        prev = ends[n - 1] if n >= 1 else 0.0
+        gate = ends[n - k - 1] if n - k - 1 >= 0 else 0.0
+        ends.append(max(prev, gate + rollout_s) + chain_s + (first_extra_s if n == 0 else 0.0))
+    return ends[-1]
+
+
 def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, seen: Sequence[StepArrays],
                  declared_context: int | None, cap_gpus: int, steps_paid_over: float,
-                 micro_batch: int | None = None, step_price: Callable[[TrainConfig, float], float] | None = None) -> TrainConfig:
+                 micro_batch: int | None = None, run_price: Callable[[TrainConfig, float, float], float] | None = None) -> TrainConfig:
     """The run's first training may also change the *layout* on its GPUs: ``settled`` (the plan's
     layout with its knobs settled for ``batch``, ``settle_training``), or the fastest strategy on
     the same GPU count when its gain over ``settled``, paid over ``steps_paid_over`` steps (the
@@ -93,13 +117,15 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
     (``StepCosts.lend_s``: each GPU loads the new strategy's shard, the simulator's charge for a
     layout change, ``sim.loop``).
 
-    The gain is the *step's*: ``step_price(strategy, its training seconds)`` is the plan's loop
-    priced with that training (``LibraPolicy`` passes the planner's ``step_time`` with the
-    step's measured rollout and each strategy's weight sync); without it, the training time.
-    Why: a rollout-bound async pipeline hides its training, and a first version counting the
-    training time re-laid for a 4.4 s re-shard that saved nothing (held_out_15
-    fireact-multi/h100-24-14b/K1: 18.7 s first step against the hindsight plan's 13.7 s,
-    0.861x, SIMULATED).
+    The gain is the *run's*: ``run_price(strategy, its training seconds, re-shard seconds)`` is
+    the time of the ``steps_paid_over`` steps with that training (``LibraPolicy`` passes
+    ``pipeline_run_s`` of the plan's loop with the step's measured rollout and each strategy's
+    weight sync); without it, the steps' training time plus the re-shard. Why the run: a
+    rollout-bound async pipeline hides its training in the steady state, and a first version
+    counting the training time re-laid for a 4.4 s re-shard that saved nothing (held_out_15
+    fireact-multi/h100-24-14b/K1: 18.7 s first step against the hindsight plan's 13.7 s, 0.861x,
+    SIMULATED); a second, pricing the steady-state step, missed that a short run pays its fill
+    (``pipeline_run_s``).
 
     Why only the first: before it no optimizer step has run, and the layout was sized for a
     length prior, not for measured sequences (an undeclared workload's prior reaches 64K tokens:
@@ -118,16 +144,19 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
     memory = tree.memory_length(cap_gpus, tokens, seq, longest, declared_context)
     timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
 
-    def price(cfg: TrainConfig, train_s: float) -> float:
-        return float(step_price(cfg, train_s)) if step_price is not None else train_s
+    steps = max(1, int(round(float(steps_paid_over))))
 
-    steps = max(1.0, float(steps_paid_over))
-    best, best_s = settled, price(settled, float(timer(settled)))  # staying costs no re-shard
+    def price(cfg: TrainConfig, train_s: float, reshard_s: float) -> float:
+        if run_price is not None:
+            return float(run_price(cfg, train_s, reshard_s))
+        return steps * train_s + reshard_s
+
+    best, best_s = settled, price(settled, float(timer(settled)), 0.0)  # staying costs no re-shard
     res = enumerate_strategies(tree.ev, settled.n_gpus, max(1, tokens // seq), memory, tree.gpus_per_node, timer, bound=False)
     for t, cfg in res.ranked:
         if (micro_batch is not None and cfg.micro_batch != micro_batch) or same_layout(cfg, settled):
             continue
-        paid = price(cfg, float(t)) + tree.costs.lend_s(cfg, 1) / steps  # the re-shard, paid over the steps
+        paid = price(cfg, float(t), tree.costs.lend_s(cfg, 1))
         if paid < best_s:
             best, best_s = cfg, paid
     return best

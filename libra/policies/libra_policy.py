@@ -43,9 +43,9 @@ from libra.errors import UserError
 from libra.planner.costs import CostModel, make_evaluator
 from libra.planner.feedback import StepOutcome
 from libra.planner.plan import Plan, TrainConfig, same_layout
-from libra.planner.search import Planner, Replanner, SearchOptions, declared_context, step_time
+from libra.planner.search import Planner, Replanner, SearchOptions, declared_context
 from libra.planner.transfers import weight_sync_s
-from libra.planner.settle import first_layout, settle_training
+from libra.planner.settle import first_layout, pipeline_run_s, settle_training
 from libra.policies.options import PolicyOptions, options_for
 from libra.pool.base import PoolPolicy
 from libra.pool.elastic import ElasticPool
@@ -209,20 +209,24 @@ class LibraPolicy:
         cfg = settle_training(planner.tree, train, batch, seen, declared_context(planner.cluster),
                               planner.cluster.train_gpu_cap, self.options.micro_batch)
         if not self._trained and not plan.colocated:
-            # the step's price of each strategy: the plan's loop with this step's rollout as the
-            # backend measured it (``observe``, called before its training starts; else the load
-            # model's hindsight prediction), the strategy's training and its weight sync
+            # each strategy's price: the steps it is paid over, run in the plan's loop with this
+            # step's rollout as the backend measured it (``observe``, called before its training
+            # starts; else the load model's hindsight prediction), the strategy's training and its
+            # weight sync, and the re-shard in the first (``pipeline_run_s``)
             rollout = self._measured_rollout_s.get(batch.step, float("nan"))
             if rollout != rollout:
                 rollout = planner.hindsight_rollout_s(plan, batch)
             rollout = rollout if rollout == rollout else 0.0
 
-            def step_price(strategy: TrainConfig, train_s: float) -> float:
+            steps = int(round(planner.amortize_over(0)))
+            staleness = max(1, plan.max_staleness)
+
+            def run_price(strategy: TrainConfig, train_s: float, reshard_s: float) -> float:
                 sync = weight_sync_s(planner.step_costs, planner.cluster, plan.n_train_gpus, strategy, plan.instances)
-                return step_time(plan.mode, rollout, train_s, sync)
+                return pipeline_run_s(plan.mode, staleness, rollout, train_s + sync, steps, reshard_s)
 
             new = first_layout(planner.tree, cfg, batch, seen, declared_context(planner.cluster), planner.cluster.train_gpu_cap,
-                               planner.amortize_over(0), self.options.micro_batch, step_price)
+                               steps, self.options.micro_batch, run_price)
             if new is not cfg:
                 self._relayout = (plan.train, new)
                 cfg = new
