@@ -74,13 +74,21 @@ def settle_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, s
     """
     if not batch.n:
         return train
+    tokens, seq, memory = batch_shape(tree, batch, seen, declared_context, cap_gpus)
+    return best_knobs(tree, train, tokens, seq, memory, micro_batch)[0]
+
+
+def batch_shape(tree: DecisionTree, batch: StepArrays, seen: Sequence[StepArrays], declared_context: int | None,
+                cap_gpus: int) -> tuple[int, int, int]:
+    """(tokens, mean sequence length, memory length) a complete batch trains with: the memory
+    holds the longest of ``seen`` and ``batch`` (rounded up to 256, the planner's rounding,
+    ``Planner.train_shape``), or the declared limit when a strategy on ``cap_gpus`` holds it."""
     total = batch.total_tokens
     tokens = max(1, int(total.sum()))
     seq = max(1, int(round(float(total.mean()))))
     longest = max(longest_sequence(seen), int(total.max()))
-    longest = int(-(-max(longest, 1) // 256) * 256)  # the planner's rounding (``Planner.train_shape``)
-    memory = tree.memory_length(cap_gpus, tokens, seq, longest, declared_context)
-    return best_knobs(tree, train, tokens, seq, memory, micro_batch)[0]
+    longest = int(-(-max(longest, 1) // 256) * 256)
+    return tokens, seq, tree.memory_length(cap_gpus, tokens, seq, longest, declared_context)
 
 
 def pipeline_run_s(mode: str, staleness: int, rollout_s: float, chain_s: float, steps: int, first_extra_s: float = 0.0) -> float:
@@ -92,8 +100,8 @@ def pipeline_run_s(mode: str, staleness: int, rollout_s: float, chain_s: float, 
 
     Why the recurrence and not the steady state ``max(rollout, chain)``: a short run pays its
     fill. On a 3-step FireAct log at K=1 the rollout (4.4 s) was longer than the chain (2.8 s),
-    so the steady state priced a faster training at nothing, yet the run paid the chain at every
-    step (14.8 s against 11.9 s for a baseline training 0.56 s a step; held_out_17
+    so the steady state priced a faster training at nothing, yet three steps pay the chain twice
+    (``2 R + 2 C``; 14.8 s against 11.9 s for a baseline training 0.56 s a step; held_out_17
     fireact-hotpotqa/b200-24-8b/K1, SIMULATED)."""
     n_steps = max(1, int(steps))
     if mode != "async":
@@ -136,14 +144,8 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
     planner's, priced as transitions like any other change."""
     if not batch.n:
         return settled
-    total = batch.total_tokens
-    tokens = max(1, int(total.sum()))
-    seq = max(1, int(round(float(total.mean()))))
-    longest = max(longest_sequence(seen), int(total.max()))
-    longest = int(-(-max(longest, 1) // 256) * 256)
-    memory = tree.memory_length(cap_gpus, tokens, seq, longest, declared_context)
+    tokens, seq, memory = batch_shape(tree, batch, seen, declared_context, cap_gpus)
     timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
-
     steps = max(1, int(round(float(steps_paid_over))))
 
     def price(cfg: TrainConfig, train_s: float, reshard_s: float) -> float:
