@@ -198,6 +198,12 @@ class CostEvaluator:
             self.gpu, self.model, to, rollout_tp, s.tp, s.pp, s.dp, s.ep, s.zero_stage, offload_previous
         )
 
+    def trainer_build_s(self, strategy: TrainStrategy | None = None) -> float:
+        """One training GPU re-built in ``strategy``'s layout before any optimizer step (only its
+        bf16 weight shard loads; see ``rl_overheads.trainer_build_s``)."""
+        s = strategy or TrainStrategy(1, 1, 1)
+        return _rl.trainer_build_s(self.gpu, self.model, s.tp, s.pp, s.dp, s.ep, s.zero_stage)
+
     # ---- RL step overheads (cost_models.rl_overheads) ----------------------------------------
     def stage_switch_s(
         self, to: Literal["rollout", "train"], rollout_tp: int = 1, strategy: TrainStrategy | None = None

@@ -133,6 +133,20 @@ def trainer_onload_s(gpu: GPUSpec, model: ModelSpec, tp: int, pp: int, dp: int, 
     return TRAINER_ONLOAD_FIXED_S + nbytes / (TRAINER_ONLOAD_EFF * gpu.pcie_bw)
 
 
+def trainer_build_s(gpu: GPUSpec, model: ModelSpec, tp: int, pp: int, dp: int, ep: int = 1, zero_stage: int = 1) -> float:
+    """Seconds to re-build a trainer in a new layout *before its first optimizer step*: each GPU
+    loads only its bf16 weight shard (the whole TP x PP shard, or its ZeRO-3 slice) from host
+    memory at the measured onload rate, plus the onload's fixed part (process groups). Nothing
+    else exists yet to move: gradients are zero buffers and the Adam state (fp32 master, m, v) is
+    created on the GPU from the weights, so the full ``trainer_onload_s`` (weights, gradients and
+    optimizer state) over-charges a layout chosen before any update. Used for the run's first
+    training (``libra.planner.settle.first_layout`` and the simulator's charge alike)."""
+    p = params_per_gpu(model, tp, pp, ep)
+    shard = p.dense / dp + p.expert / expert_dp(tp, dp, ep)
+    nbytes = DTYPE_BYTES * (shard if zero_stage >= 3 else p.total)
+    return TRAINER_ONLOAD_FIXED_S + nbytes / (TRAINER_ONLOAD_EFF * gpu.pcie_bw)
+
+
 def stage_switch_s(
     gpu: GPUSpec,
     model: ModelSpec,

@@ -430,7 +430,12 @@ class Simulator:
             changed = trans.train_changed or (held is None and not same_layout(plan.train, self._planned_train[j]))
         self._held_train = (plan, plan.train)
         if changed:  # re-shard for the new strategy
-            base = trans.to_train_s if trans.train_changed and same_layout(plan.train, self._planned_train[j]) else self.costs.step.lend_s(plan.train, 1)
+            if trans.train_changed and same_layout(plan.train, self._planned_train[j]):
+                base = trans.to_train_s
+            elif held is None:  # the first training re-lays before any update: weights only (``StepCosts.build_s``)
+                base = self.costs.step.build_s(plan.train)
+            else:
+                base = self.costs.step.lend_s(plan.train, 1)
             if base > 0:
                 reshard = base * self.noise_xfer.factor()
                 self._charged[j][1] = reshard

@@ -109,14 +109,17 @@ def test_a_settled_layout_is_one_reshard_and_the_trainer_then_holds_it() -> None
     """A policy may settle another layout on the plan's training GPUs (Libra's first training,
     ``first_layout``): the simulator charges the re-shard once (``StepCosts.lend_s``, a plan
     transition's price), and a later step trained in the layout the trainer holds pays none,
-    whatever its plan carried. Before, any settled layout change was refused."""
+    whatever its plan carried. Before, any settled layout change was refused. The first
+    training's re-shard moves only bf16 weights (``StepCosts.build_s``): no update has made
+    gradients or optimizer state yet, so the full re-shard (``lend_s``) would over-charge it."""
     ev = CostEvaluator("b200", "qwen3-32b")
     cluster = ClusterSpec(48, "b200", "qwen3-32b")
     steps = [make_step(s, 64, seed=2) for s in range(3)]
     zero1 = dataclasses.replace(PRIOR_SIZED, zero_stage=1, micro_batch=4, recompute=False)
     res = Simulator(steps, Settling(_plan(48, 24, PRIOR_SIZED), zero1), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
     sc = StepCosts(ev, 8)
-    assert [m.transition_s for m in res.steps] == pytest.approx([sc.lend_s(zero1, 1), 0.0, 0.0], rel=1e-12)
+    assert [m.transition_s for m in res.steps] == pytest.approx([sc.build_s(zero1), 0.0, 0.0], rel=1e-12)
+    assert 0.0 < sc.build_s(zero1) < sc.lend_s(zero1, 1) / 2
     for st, m in zip(steps, res.steps):
         tokens, seq = int(st.total_tokens.sum()), int(round(float(st.total_tokens.mean())))
         assert m.train_s == pytest.approx(training_time_fn(ev, tokens, seq)(zero1) + sc.step_fixed_s(st.n), rel=1e-12)
@@ -125,8 +128,9 @@ def test_a_settled_layout_is_one_reshard_and_the_trainer_then_holds_it() -> None
 def test_the_first_training_moves_a_prior_sized_layout_only_when_the_gain_pays_the_reshard() -> None:
     """Qwen3-30B-A3B on 16 H100, planned for a 64K-token prior (ZeRO-3, TP 2, no expert
     parallelism): on a batch of short sequences another layout trains about 1.1 s faster a
-    step, and the re-shard costs about 3.2 s. Paid over the 4 steps the planner amortizes a
-    change over it moves; over one step it stays (``libra.planner.settle.first_layout``)."""
+    step. Before any update the re-shard loads only bf16 weights, about 0.6 s (``build_s``;
+    the whole training state, ``lend_s``, would take about 3.2 s), so it moves even when the
+    gain is paid over one step (``libra.planner.settle.first_layout``)."""
     from libra.planner.settle import first_layout
 
     ev = CostEvaluator("h100", "qwen3-30b-a3b")
@@ -140,8 +144,8 @@ def test_the_first_training_moves_a_prior_sized_layout_only_when_the_gain_pays_t
     moved = first_layout(tree, settled, batch, [batch], None, 16, 4.0)
     assert not same_layout(moved, prior) and moved.n_gpus == 16
     gain = timer(settled) - timer(moved)
-    assert gain < tree.costs.lend_s(moved, 1) < 4 * gain
-    assert first_layout(tree, settled, batch, [batch], None, 16, 1.0) is settled
+    assert tree.costs.build_s(moved) < gain < tree.costs.lend_s(moved, 1) < 4 * gain
+    assert first_layout(tree, settled, batch, [batch], None, 16, 1.0) == moved
 
 
 def test_the_planner_prices_the_plan_in_force_with_the_knobs_its_next_step_settles() -> None:
@@ -168,7 +172,8 @@ def test_the_planner_prices_the_plan_in_force_with_the_knobs_its_next_step_settl
 
 def test_the_first_re_layout_counts_only_the_run_time_it_saves() -> None:
     """Priced by the run (``run_price``: the steps paid over, in the plan's loop), the same
-    re-layout pays over four chain-bound steps and not over one step."""
+    re-layout pays over four chain-bound steps, and not in a run whose time does not depend on
+    the training (all of it hidden: only the re-shard would count)."""
     from libra.planner.settle import first_layout, pipeline_run_s
 
     ev = CostEvaluator("h100", "qwen3-30b-a3b")
@@ -181,7 +186,7 @@ def test_the_first_re_layout_counts_only_the_run_time_it_saves() -> None:
         return lambda cfg, train_s, reshard_s: pipeline_run_s("async", 1, rollout_s, train_s + 1.0, steps, reshard_s)
 
     assert not same_layout(first_layout(tree, settled, batch, [batch], None, 16, 4.0, run_price=pipeline(0.5, 4)), prior)
-    assert first_layout(tree, settled, batch, [batch], None, 16, 1.0, run_price=pipeline(60.0, 1)) is settled
+    assert first_layout(tree, settled, batch, [batch], None, 16, 1.0, run_price=lambda cfg, train_s, reshard_s: 60.0 + reshard_s) is settled
 
 
 def test_a_short_async_run_pays_its_training_chain_at_every_step() -> None:

@@ -64,6 +64,9 @@ class FakeEvaluator:
     def role_change_s(self, to: str, rollout_tp: int = 1, strategy: Any = None, offload_previous: bool = True) -> float:
         return 2.0
 
+    def trainer_build_s(self, strategy: Any = None) -> float:
+        return 0.5
+
     def stage_switch_s(self, to: str, rollout_tp: int = 1, strategy: Any = None) -> float:
         return 1.5
 

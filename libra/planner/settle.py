@@ -122,7 +122,7 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
     layout with its knobs settled for ``batch``, ``settle_training``), or the fastest strategy on
     the same GPU count when its gain over ``settled``, paid over ``steps_paid_over`` steps (the
     planner's ``amortize_over``: the plan is kept while it holds), beats the re-shard it costs
-    (``StepCosts.lend_s``: each GPU loads the new strategy's shard, the simulator's charge for a
+    (``StepCosts.build_s``: each GPU loads the new strategy's bf16 weight shard, as no optimizer step has run; the simulator's charge for a
     layout change, ``sim.loop``).
 
     The gain is the *run's*: ``run_price(strategy, its training seconds, re-shard seconds)`` is
@@ -158,7 +158,7 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
     for t, cfg in res.ranked:
         if (micro_batch is not None and cfg.micro_batch != micro_batch) or same_layout(cfg, settled):
             continue
-        paid = price(cfg, float(t), tree.costs.lend_s(cfg, 1))
+        paid = price(cfg, float(t), tree.costs.build_s(cfg))
         if paid < best_s:
             best, best_s = cfg, paid
     return best

@@ -209,6 +209,17 @@ class StepCosts:
             v = self._memo[key] = float(self.ev.role_change_s("train", rollout_tp, self.strategy(cfg)))
         return v
 
+    def build_s(self, cfg: TrainConfig) -> float:
+        """The trainer re-built in ``cfg``'s layout before its first optimizer step (the run's
+        first training, ``libra.planner.settle.first_layout``): each GPU loads only its bf16
+        weight shard, as no gradient or optimizer state exists yet (``trainer_build_s``). A
+        re-shard after an update moves the whole training state (``lend_s``)."""
+        key = ("build", cfg)
+        v = self._memo.get(key)
+        if v is None:
+            v = self._memo[key] = float(self.ev.trainer_build_s(self.strategy(cfg)))
+        return v
+
     def return_s(self, cfg: TrainConfig, rollout_tp: int) -> float:
         """A lent GPU going back to rollout: offload ``cfg``'s training state, wake the engine
         with its weights."""
