@@ -76,3 +76,32 @@ def test_near_tied_splits_of_the_default_prior_go_to_the_one_the_scenarios_agree
     assert (default.rollout.n_gpus, default.n_train) == (20, 12)
     assert (hedged.rollout.n_gpus, hedged.n_train) == (16, 16) and hedged.mode == "async"
     assert hedged.rank()[0] <= default.rank()[0] * (1.0 + TIE_TOLERANCE)
+
+
+def test_an_undeclared_kind_launches_a_layout_sized_for_the_short_scenarios() -> None:
+    """The default prior reaches 64K tokens, so its launch layout held sequences no short log
+    brings (ZeRO-3 on 13 B200 for Qwen3-8B). The first training may re-build the layout for the
+    price of its weights (``first_layout``), so the launch layout is the one of least worst-case
+    cost over the scenarios: one sized for the short scenarios, which costs a long one a single
+    re-build. held_out_17 fireact-multi/b200-24-8b/K1 trained 0.80 s a step where this layout
+    trains 0.38 s (0.94x -> 0.99x, SIMULATED)."""
+    from libra.planner.decision_tree import memory_report
+
+    prompts = np.full(128, 35, np.int64)
+    cl = ClusterSpec(24, "b200", "qwen3-8b", workload="agent")
+
+    planner = Planner(cl, make_evaluator(cl), SearchOptions(max_staleness=1, mini_batches=4, run_steps=4))
+    res = planner.search([], prompts)
+    launched = res.best
+    # the same split as searched from the default prior, whose layout held its 64K tokens
+    default = next(c for c in res.candidates if c.rollout is launched.rollout and c.loop == launched.loop and c is not launched)
+    assert launched.n_train == default.n_train and launched.train != default.train
+    tokens, seq, seq_max = planner.train_shape(res.stats)  # the default prior's longest sequence
+    assert memory_report(planner.ev, default.train, seq_max).fits
+    assert not memory_report(planner.ev, launched.train, seq_max).fits  # too small for the 64K prior ...
+    assert memory_report(planner.ev, launched.train, 4096).fits  # ... sized for short sequences
+    # the next step's plan, made at launch too (K=1), keeps the split and layout: nothing has
+    # trained yet, so the prior's memory does not force a re-shard of a provisional layout
+    first = planner.plan([], prompts)
+    second = planner.plan([], prompts, current=first)
+    assert (second.n_train_gpus, second.train) == (first.n_train_gpus, first.train) == (launched.n_train, launched.train)

@@ -203,3 +203,25 @@ def test_a_short_async_run_pays_its_training_chain_at_every_step() -> None:
     assert 200 * 7.0 <= long <= 200 * 7.0 + 14.0
     assert pipeline_run_s("sync", 0, 4.0, 2.0, 3, 1.5) == pytest.approx(3 * 6.0 + 1.5)
     assert pipeline_run_s("async", 1, 4.45, 1.33, 3, 2.0) == pytest.approx(2 * 4.45 + 2 * 1.33 + 2.0)
+
+
+def test_a_launch_layout_that_cannot_hold_the_first_batch_is_moved() -> None:
+    """A launch layout sized for shorter sequences than the first batch brings (an undeclared
+    kind launches for the short scenarios, ``Planner._launch_layout``) is not an option at the
+    first training: the simulator charges no OOM, so ``first_layout`` moves it to one that holds
+    the batch even where staying would price cheaper."""
+    from libra.planner.decision_tree import enumerate_strategies, memory_report
+    from libra.planner.settle import batch_shape, first_layout
+
+    ev = CostEvaluator("h100", "qwen3-30b-a3b")
+    tree = DecisionTree(StepCosts(ev, 8), 8)
+    long_step = make_step(0, 16, seed=5, turns=(5, 5), gen=(6000, 6100))  # 32K-token sequences
+    tokens, seq, memory = batch_shape(tree, long_step, [long_step], None, 16)
+    timer = training_time_fn(tree.costs, tokens, seq)
+    short = [cfg for _, cfg in enumerate_strategies(ev, 16, 16, 2048, 8, timer, bound=False).ranked]
+    small = next(cfg for cfg in short if not memory_report(ev, cfg, memory).fits)
+    hidden = lambda cfg, train_s, reshard_s: 60.0 + reshard_s  # noqa: E731 - a run whose training is all hidden
+    moved = first_layout(tree, small, long_step, [long_step], None, 16, 4.0, run_price=hidden)
+    assert moved is not small and memory_report(ev, moved, memory).fits
+    fitting = enumerate_strategies(ev, 16, 16, memory, 8, timer, bound=False).ranked[-1][1]  # holds it, the slowest that does
+    assert first_layout(tree, fitting, long_step, [long_step], None, 16, 4.0, run_price=hidden) is fitting

@@ -82,7 +82,7 @@ import numpy as np
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, pp_degrees, valid_tp_degrees
-from libra.planner.decision_tree import DecisionTree, TreeResult, memory_report, report_line, training_time_fn
+from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_strategies, memory_report, report_line, training_time_fn
 from libra.planner.feedback import RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, RolloutChoice, RolloutDP, plan_layout
@@ -647,7 +647,7 @@ class Planner:
         regret = {c: max(p[c] / min(p.values()) for p in prices) for c in classes}
         pick = min(classes, key=lambda c: (regret[c], prices[0][c]))
         if pick == loop_class(nominal.best):
-            best = self._near_tie_by_regret(nominal.best, nominal.candidates, runs, current)
+            best = self._launch_layout(self._near_tie_by_regret(nominal.best, nominal.candidates, runs, current), runs, current)
             return replace(nominal, best=best, hedge=regret)
         # the default prior's candidates hold each split's best loop only: the picked loop is
         # priced on every split by the same search with that loop pinned
@@ -665,8 +665,58 @@ class Planner:
         if not of_class:
             return replace(nominal, hedge=regret)
         best = self._near_tie_by_regret(stay_within_tolerance(choose(of_class), of_class, current), of_class, runs, current)
+        best = self._launch_layout(best, runs, current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret)
+
+    def _launch_layout(self, best: Candidate, runs: Sequence[SearchResult], current: Plan | None) -> Candidate:
+        """The training layout a run of undeclared kind launches with: ``best``'s, or the strategy
+        on its training GPUs of least worst-case cost over the prior scenarios ``runs``, where the
+        run's first training may re-build it (``libra.planner.settle.first_layout``).
+
+        In a scenario, a strategy that holds the scenario's longest sequence costs its extra
+        training time over the scenario's fastest strategy, at most the re-build to that one
+        paid over the steps a change is amortized over (``build_s / amortize_over(0)``); one that
+        does not hold it costs that re-build (the first training must move, ``first_layout``).
+        Each cost is relative to the scenario's predicted step. Only for a plan whose first
+        training settles its layout (a split, not streamed: a streamed step trains with its
+        plan's knobs) and at launch (no plan in force).
+
+        Why: the default prior reaches 64K tokens, so the launch layout held sequences no short
+        log brings (ZeRO-3, or TP 4, where ZeRO-1 at TP 1 trains the trace's 1K-token sequences
+        2x faster), and a 3-5-step run of short steps could not pay the re-build out of a chain
+        it pays twice (held_out_17 fireact-multi/b200-24-8b/K1: 0.80 s against 0.36 s a step,
+        a 1.74 s re-build; SIMULATED). The costs are asymmetric: a layout too small for a long
+        scenario costs one re-build, a fraction of a percent of its long steps; a layout sized
+        for the long scenario costs a short one its training speed at every step."""
+        if current is not None or best.colocated or best.streaming or not runs:
+            return best
+        n = best.n_train
+        amortize = self.amortize_over(0)
+        pin = self.options.micro_batch
+        rows: list[tuple[dict[TrainConfig, float], float, float, float]] = []
+        for r in runs:
+            tokens, seq, seq_max = self.train_shape(r.stats)
+            memory = self.train_memory_length(tokens, seq, seq_max)
+            timer = training_time_fn(self.step_costs, tokens, seq, self.tree.kl)
+            res = enumerate_strategies(self.ev, n, max(1, tokens // max(1, seq)), memory, self.cluster.gpus_per_node, timer, bound=False)
+            fits = {cfg: float(t) for t, cfg in res.ranked if pin is None or cfg.micro_batch == pin}
+            step = float(r.best.rank()[0])
+            if not fits or not step > 0:
+                return best
+            cfg_best, t_best = min(fits.items(), key=lambda kv: (kv[1], repr(kv[0])))
+            rows.append((fits, t_best, self.step_costs.build_s(cfg_best) / amortize, step))
+        options = {cfg for fits, _, _, _ in rows for cfg in fits}
+
+        def worst(cfg: TrainConfig) -> float:
+            return max(min(fits.get(cfg, float("inf")) - t_best, move) / step for fits, t_best, move, step in rows)
+
+        if best.train not in options:
+            return best
+        pick = min(options, key=lambda cfg: (round(worst(cfg), 6), cfg != best.train, repr(cfg)))
+        if worst(pick) >= worst(best.train) - 1e-6:
+            return best
+        return replace(best, train=pick)
 
     @staticmethod
     def _near_tie_by_regret(best: Candidate, cands: Sequence[Candidate], runs: Sequence[SearchResult],
@@ -861,7 +911,7 @@ class Planner:
         # the same split may differ from it by a hair, and a search that only offered that one
         # priced "stay" as a re-shard (30B-A3B on 64 B200: 6.7 s, where moving elsewhere cost 3.9 s
         # and was taken for a 1% forecast gain, SIMULATED)
-        kept = self._kept(current, dp, seq_max)
+        kept = self._kept(current, dp, seq_max, provisional=not history)
         # its micro-batch and recompute re-chosen for the forecast batch: each step settles them
         # for its own batch (``libra.planner.settle``), so staying is priced as the simulator will
         # run it, not with a prior's knobs (held_out_13 FireAct HotpotQA, 40 B200, K=0: the kept
@@ -939,10 +989,13 @@ class Planner:
                 out.append(d.evaluate(ro.layout, list(ro.counts))[0])
         return np.asarray(out, np.float64)
 
-    def _kept(self, current: Plan | None, dp: RolloutDP, seq_max: int) -> RolloutChoice | None:
+    def _kept(self, current: Plan | None, dp: RolloutDP, seq_max: int, provisional: bool = False) -> RolloutChoice | None:
         """The in-force plan's rollout, re-predicted on the new statistics, when the plan can be
         kept as it is: a plan (split or time-shared on the whole cluster) whose training still
-        fits in memory at ``seq_max`` and whose layout still holds the expected contexts; else None."""
+        fits in memory at ``seq_max`` and whose layout still holds the expected contexts; else None.
+        ``provisional``: nothing has trained yet (no step measured), so the run's first training
+        settles the layout for its batch (``first_layout``, which moves a layout that does not
+        hold it) and the prior's memory is not checked (``_launch_layout``)."""
         if current is None or not current.instances or not current.buckets:
             return None
         if current.n_train_gpus < 1:
@@ -953,12 +1006,13 @@ class Planner:
             return None
         if current.n_train_gpus > self.cluster.train_gpu_cap:
             return None
-        try:
-            rep = memory_report(self.ev, current.train, seq_max)
-        except ValueError:
-            return None
-        if not bool(getattr(rep, "fits", rep)):
-            return None
+        if not provisional or current.colocated or current.streaming:
+            try:
+                rep = memory_report(self.ev, current.train, seq_max)
+            except ValueError:
+                return None
+            if not bool(getattr(rep, "fits", rep)):
+                return None
         layout, counts = plan_layout(current)
         if len(layout.bounds) != len(layout.tps) - 1 or min(counts) < 1 or not dp.feasible(layout):
             return None

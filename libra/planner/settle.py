@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from libra.planner.decision_tree import DecisionTree, enumerate_strategies, training_time_fn
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, memory_report, training_time_fn
 from libra.planner.plan import TrainConfig, same_layout
 from libra.trace.columnar import StepArrays
 
@@ -153,7 +153,10 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
             return float(run_price(cfg, train_s, reshard_s))
         return steps * train_s + reshard_s
 
-    best, best_s = settled, price(settled, float(timer(settled)), 0.0)  # staying costs no re-shard
+    # staying costs no re-shard, and is no option when the layout cannot hold the batch (a launch
+    # layout sized for a shorter prior, ``Planner._launch_layout``; the simulator charges no OOM)
+    holds = bool(getattr(memory_report(tree.ev, settled, memory), "fits", True))
+    best, best_s = settled, (price(settled, float(timer(settled)), 0.0) if holds else float("inf"))
     res = enumerate_strategies(tree.ev, settled.n_gpus, max(1, tokens // seq), memory, tree.gpus_per_node, timer, bound=False)
     for t, cfg in res.ranked:
         if (micro_batch is not None and cfg.micro_batch != micro_batch) or same_layout(cfg, settled):
