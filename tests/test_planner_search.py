@@ -466,6 +466,10 @@ def test_near_async_ties_go_to_the_best_ranked_and_sync_ties_to_training() -> No
     # sync near-ties: the most training GPUs (the stage whose prediction holds)
     s_few, s_many = cand(40, 30.0, 2.0, mode="sync"), cand(30, 30.2, 2.2, mode="sync")
     assert choose([s_few, s_many]) is s_many
+    # ... unless the run may go async (K >= 1): its first sync step's split is the one the async
+    # loop keeps, so the best-ranked (held_out_19 search-r/h200-28-14b/K1: 7:21 by the sync rule
+    # where 9:19 ranked first, 0.848x; 0.876x best-ranked, SIMULATED)
+    assert choose([s_few, s_many], async_allowed=True) is s_few
 
 
 def test_the_plan_in_force_is_always_a_candidate_as_it_is() -> None:

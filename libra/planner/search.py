@@ -285,7 +285,7 @@ LOOP_ORDER = {"sync": 0, "sync+streaming": 1, "async": 2}
 TIE_TOLERANCE = 0.02
 
 
-def choose(cands: Sequence[Candidate]) -> Candidate:
+def choose(cands: Sequence[Candidate], async_allowed: bool = False) -> Candidate:
     """The candidate to run: the best rank; among those within ``TIE_TOLERANCE`` of its expected
     step, the least staleness, then no idle rollout GPUs. Then sync plans take the most training
     GPUs; async plans the best-ranked near one (its expected step already prices the uncertain
@@ -305,13 +305,19 @@ def choose(cands: Sequence[Candidate]) -> Candidate:
     steps 0.1% faster. Single K >= 1 rows still move by up to 5% either way (three new losses,
     seven fewer): within ``TIE_TOLERANCE`` the model does not order async splits, and no
     tie-break measured so far orders them (session 10: best-ranked and middle split without the
-    tail scenarios, 12 -> 12 and 12 -> 10 losses of 158)."""
+    tail scenarios, 12 -> 12 and 12 -> 10 losses of 158).
+
+    ``async_allowed`` (the run tolerates staleness, K >= 1): a sync step is best-ranked too. Its
+    split is the one an async loop later keeps, and the most-training-GPUs rule, an old sync
+    tie-break, had put a K=1 run's first (streamed) step on 7:21 where 9:19 ranked first and the
+    hindsight plan ran 12:16; the run turned async at step 1 and kept 7:21 (held_out_19
+    search-r/h200-28-14b/K1, 0.848x, SIMULATED)."""
     best = min(cands, key=Candidate.rank)
     top = best.rank()[0]
     near = [c for c in cands if c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)]
     first = min((LOOP_ORDER[c.loop], c.idle_rollout_gpus) for c in near)
     near = [c for c in near if (LOOP_ORDER[c.loop], c.idle_rollout_gpus) == first]
-    if near[0].mode != "async":
+    if near[0].mode != "async" and not async_allowed:
         return min(near, key=lambda c: (-c.n_train, c.rank()))
     return min(near, key=Candidate.rank)
 
@@ -664,7 +670,8 @@ class Planner:
             of_class = [c for c in pinned.candidates if loop_class(c) == pick]
         if not of_class:
             return replace(nominal, hedge=regret)
-        best = self._near_tie_by_regret(stay_within_tolerance(choose(of_class), of_class, current), of_class, runs, current)
+        best = self._near_tie_by_regret(stay_within_tolerance(choose(of_class, self.options.max_staleness >= 1), of_class, current),
+                                        of_class, runs, current)
         best = self._launch_layout(best, runs, current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret)
@@ -951,7 +958,7 @@ class Planner:
         last_tree = state["last_tree"]
         if not cands:
             raise UserError(self._why_nothing_fits(stats, seq_max, last_tree))
-        best = stay_within_tolerance(choose(cands), cands, current)
+        best = stay_within_tolerance(choose(cands, self.options.max_staleness >= 1), cands, current)
         if len(best.rollout.layout.tps) > 1:  # its forecast gain, checked after the step ran (``observe``)
             best = replace(best, one_bucket_rollout_s=dp.best_one_bucket_s(best.rollout.n_gpus))
         return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped)
