@@ -460,6 +460,10 @@ def test_near_async_ties_go_to_the_best_ranked_and_sync_ties_to_training() -> No
     sync_near = cand(36, 23.6, 0.2, mode="sync")  # 39.8 s against 39.6 s async: within 2%
     sync_far = cand(36, 25.0, 0.2, mode="sync")  # 41.2 s: beyond
     assert choose([many, few, sync_near]) is sync_near
+    assert choose([many, few, sync_near], async_allowed=True) is sync_near  # an async pipeline runs: staleness still orders ties
+    # ... but not before any async pipeline runs: the fill it would defer is paid when the run
+    # enters async anyway (held_out_20 math-ss/h100-48-8b/K1: time-shared step 0, then async, 0.900x)
+    assert choose([many, few, sync_near], async_allowed=True, filling=True) is few
     assert choose([few, sync_far]) is few
     idle = cand(36, 39.3, 0.6, idle=2)  # faster, but two GPUs would idle
     assert choose([idle, many]) is many

@@ -285,7 +285,7 @@ LOOP_ORDER = {"sync": 0, "sync+streaming": 1, "async": 2}
 TIE_TOLERANCE = 0.02
 
 
-def choose(cands: Sequence[Candidate], async_allowed: bool = False) -> Candidate:
+def choose(cands: Sequence[Candidate], async_allowed: bool = False, filling: bool = False) -> Candidate:
     """The candidate to run: the best rank; among those within ``TIE_TOLERANCE`` of its expected
     step, the least staleness, then no idle rollout GPUs. Then sync plans take the most training
     GPUs; async plans the best-ranked near one (its expected step already prices the uncertain
@@ -311,10 +311,20 @@ def choose(cands: Sequence[Candidate], async_allowed: bool = False) -> Candidate
     split is the one an async loop later keeps, and the most-training-GPUs rule, an old sync
     tie-break, had put a K=1 run's first (streamed) step on 7:21 where 9:19 ranked first and the
     hindsight plan ran 12:16; the run turned async at step 1 and kept 7:21 (held_out_19
-    search-r/h200-28-14b/K1, 0.848x, SIMULATED)."""
+    search-r/h200-28-14b/K1, 0.848x, SIMULATED).
+
+    ``filling`` (with ``async_allowed``: no async pipeline runs yet, e.g. the first step): the near
+    ties are not ordered by staleness, only by idle GPUs and rank. The async price carries the
+    pipeline's fill (``SearchOptions.run_steps``), which a run that enters async later pays then;
+    preferring the less stale loop on a tie only deferred it: held_out_20 math-ss/h100-48-8b/K1 ran
+    step 0 time-shared (50.5 s forecast against 49.8 s for an async 32:16), moved to async at step
+    1 and paid a 93 s fill step (0.900x, SIMULATED)."""
     best = min(cands, key=Candidate.rank)
     top = best.rank()[0]
     near = [c for c in cands if c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)]
+    if async_allowed and filling:  # no pipeline runs yet: the less stale loop would only defer its fill
+        least_idle = min(c.idle_rollout_gpus for c in near)
+        return min((c for c in near if c.idle_rollout_gpus == least_idle), key=Candidate.rank)
     first = min((LOOP_ORDER[c.loop], c.idle_rollout_gpus) for c in near)
     near = [c for c in near if (LOOP_ORDER[c.loop], c.idle_rollout_gpus) == first]
     if near[0].mode != "async" and not async_allowed:
@@ -670,7 +680,8 @@ class Planner:
             of_class = [c for c in pinned.candidates if loop_class(c) == pick]
         if not of_class:
             return replace(nominal, hedge=regret)
-        best = self._near_tie_by_regret(stay_within_tolerance(choose(of_class, self.options.max_staleness >= 1), of_class, current),
+        filling = current is None or current.mode != "async"
+        best = self._near_tie_by_regret(stay_within_tolerance(choose(of_class, self.options.max_staleness >= 1, filling), of_class, current),
                                         of_class, runs, current)
         best = self._launch_layout(best, runs, current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
@@ -958,7 +969,7 @@ class Planner:
         last_tree = state["last_tree"]
         if not cands:
             raise UserError(self._why_nothing_fits(stats, seq_max, last_tree))
-        best = stay_within_tolerance(choose(cands, self.options.max_staleness >= 1), cands, current)
+        best = stay_within_tolerance(choose(cands, self.options.max_staleness >= 1, filling), cands, current)
         if len(best.rollout.layout.tps) > 1:  # its forecast gain, checked after the step ran (``observe``)
             best = replace(best, one_bucket_rollout_s=dp.best_one_bucket_s(best.rollout.n_gpus))
         return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped)
