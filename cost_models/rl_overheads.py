@@ -92,17 +92,18 @@ def weight_tensors(model: ModelSpec) -> int:
 
 
 def train_state_bytes_per_gpu(
-    model: ModelSpec, tp: int, pp: int, dp: int, ep: int = 1, zero_stage: int = 1, grads: bool = True
+    model: ModelSpec, tp: int, pp: int, dp: int, ep: int = 1, zero_stage: int = 1, grads: bool = True, optim: bool = True
 ) -> float:
     """Bytes one training GPU keeps between steps and must park in host memory when its GPU
     serves rollout: bf16 weights, bf16 gradients (``grads``: the buffers Megatron and FSDP keep
-    allocated) and the fp32 Adam state (master, m, v), each sharded as ZeRO ``zero_stage`` does."""
+    allocated) and the fp32 Adam state (master, m, v; ``optim``), each sharded as ZeRO
+    ``zero_stage`` does. Without both, the weights alone (``trainer_build_s``)."""
     p = params_per_gpu(model, tp, pp, ep)
     shard = p.dense / dp + p.expert / expert_dp(tp, dp, ep)  # one ZeRO shard (experts over expert-DP)
     weights = DTYPE_BYTES * (shard if zero_stage >= 3 else p.total)
     grad = GRAD_BYTES * (shard if zero_stage >= 2 else p.total) if grads else 0.0
-    optim = ADAM_STATE_BYTES * (shard if zero_stage >= 1 else p.total)
-    return weights + grad + optim
+    adam = ADAM_STATE_BYTES * (shard if zero_stage >= 1 else p.total) if optim else 0.0
+    return weights + grad + adam
 
 
 def rollout_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> float:
@@ -141,9 +142,7 @@ def trainer_build_s(gpu: GPUSpec, model: ModelSpec, tp: int, pp: int, dp: int, e
     created on the GPU from the weights, so the full ``trainer_onload_s`` (weights, gradients and
     optimizer state) over-charges a layout chosen before any update. Used for the run's first
     training (``libra.planner.settle.first_layout`` and the simulator's charge alike)."""
-    p = params_per_gpu(model, tp, pp, ep)
-    shard = p.dense / dp + p.expert / expert_dp(tp, dp, ep)
-    nbytes = DTYPE_BYTES * (shard if zero_stage >= 3 else p.total)
+    nbytes = train_state_bytes_per_gpu(model, tp, pp, dp, ep, zero_stage, grads=False, optim=False)
     return TRAINER_ONLOAD_FIXED_S + nbytes / (TRAINER_ONLOAD_EFF * gpu.pcie_bw)
 
 
