@@ -74,3 +74,25 @@ def test_a_plan_from_the_prior_has_one_bucket_and_the_least_worst_case_tp() -> N
         assert choice is not None and len(choice.buckets) == 1
         regret = dp._regrets(G)
         assert regret[choice.layout] == pytest.approx(min(regret.values()))
+
+
+@pytest.mark.parametrize("kind", ["search", "swe", None])
+def test_the_priors_one_step_and_async_cycle_tails_stand_for_the_same_quantiles(kind: str | None) -> None:
+    """Before any step has run, the async staleness cycle (K + 1 steps' prompts, ``tail_of`` one
+    step's count) and the step itself must price the same tail at each tail scenario, as one
+    history pool makes them do after a step has run. A prior drawn once per prompt count answered
+    a one-step tail beyond 1 - 1/n with its own pool's maximum and the cycle's with the maximum of
+    twice the draws: the search prior's retrieval timeout was in the cycle (37-39 s) and not in the
+    step (16.5 s) at the 0.625 and 0.875 scenarios, and the first step ran sync + streaming
+    (held_out_19 search-r/h200-28-14b/K1, 0.876x, SIMULATED)."""
+    from libra.planner.search import TAIL_SCENARIOS
+
+    spec = PriorSpec(workload=kind, group_size=8)
+    prompts = np.random.default_rng(5).integers(200, 900, 448)
+    for u in (None, *TAIL_SCENARIOS):
+        one = compute_stats([], prompts, prior=spec, tail_quantile=u)
+        cycle = compute_stats([], np.tile(prompts, 2), prior=spec, tail_of=len(prompts), tail_quantile=u)
+        assert cycle.n_trajectories == 2 * one.n_trajectories
+        assert cycle.tail_context == one.tail_context, u
+        assert np.allclose(cycle.tail_tool_s, one.tail_tool_s), u
+        assert np.allclose(cycle.tail_decode_tokens, one.tail_decode_tokens), u

@@ -195,7 +195,9 @@ def compute_stats(
     if not history:
         spec = prior if prior is not None else PriorSpec(max_context=prior_cap)
         n = len(prompt_tokens) if prompt_tokens is not None and len(prompt_tokens) else 256
-        prompts = np.asarray(prompt_tokens, np.int64) if prompt_tokens is not None and len(prompt_tokens) else None
+        # one pool per tail count, drawn large enough to resolve the tail quantiles (``PRIOR_POOL``)
+        n = max(n, PRIOR_POOL * (tail_of if tail_of is not None else n))
+        prompts = np.resize(np.asarray(prompt_tokens, np.int64), n) if prompt_tokens is not None and len(prompt_tokens) else None
         drawn = [prior_step(n, prompts, spec)] + [prior_step(n, prompts, spec, stretch=f) for f in PRIOR_STRETCH]
         grid = edges if edges is not None else cell_edges(max(int(d.total_tokens.max()) for d in drawn))
         nominal = compute_stats(drawn[:1], prompt_tokens, window, grid, tail_of=tail_of, tail_quantile=tail_quantile)
@@ -353,6 +355,21 @@ PRIOR_PROMPT_TOKENS = 1024
 #: tokens (the declared limits still hold): the rollout DP keeps the layout whose worst-case
 #: slowdown against the best layout of each case is least.
 PRIOR_STRETCH: tuple[float, ...] = (1 / 3, 3.0)
+
+#: The prior's trajectories are drawn this many times the tail count (``compute_stats``'s
+#: ``tail_of``, else the step's own count), the step's prompts repeated; the per-cell arrays are
+#: scaled back to the step's count, so only the tail rows see the larger pool. Why: a tail row
+#: stands for the ``u ** (1 / n)`` quantile of the pool (``tail_quantile``), which a pool of n draws
+#: resolves only up to its maximum: at ``TAIL_SCENARIOS``' 0.625 and 0.875 with 448 prompts the
+#: quantile lies beyond 1 - 1/448, so a one-step pool answered with its own maximum while the
+#: async staleness cycle's pool, drawn for (K + 1) x 448 prompts, answered with the maximum of
+#: twice the draws. The search priced one step's rollout without the search prior's retrieval
+#: timeout (16.5 s at every tail) and the async cycle with it (37-39 s), ranked the first step
+#: sync + streaming (24.2 s against 25.4 s) and ran it 26.2 s before moving to async, where a
+#: fixed async split ran the first two steps in 55 s against Libra's 70 s (held_out_19
+#: search-r/h200-28-14b/K1, 0.876x, SIMULATED). With 8 draws per tail trajectory (1 / (1 - 0.875)),
+#: both stand for the same quantiles, as they already do after a step has run (one history pool).
+PRIOR_POOL = 8
 
 
 @dataclass(frozen=True)
