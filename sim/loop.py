@@ -139,6 +139,24 @@ class SimConfig:
             raise UserError("--streaming is a synchronous loop (mini-batches of the step's own rollout); drop --mode async or --streaming")
 
 
+def observed_step(step: StepArrays, latencies: np.ndarray) -> StepArrays:
+    """``step`` as a policy sees it once its rollout is over: with the tool latencies the replay
+    ran (``latencies``, ``resolve_latencies``) in place of the trace's nulls.
+
+    Why: a real run measures every tool call (libra-run's episodes record each call's latency), so
+    the planner of a later step knows them. Every converted public log but tau2-retail records no
+    latency; the replay draws each missing one from its tool family (lognormal, capped at the
+    timeout) while the planner, handed the trace's nulls, priced every call at the default
+    latency. Its rollout forecast fell below the steps' own critical paths (MedAgentBench, 48
+    B200, Qwen3-14B, K=1: 6.75 s forecast, critical paths 8.2-11.9 s; SIMULATED)."""
+    missing = np.isnan(step.tool_latency_s) & (step.tool_code >= 0)
+    if not missing.any():
+        return step
+    lat = step.tool_latency_s.copy()
+    lat[missing] = np.asarray(latencies, np.float64)[missing]
+    return dataclasses.replace(step, tool_latency_s=lat)
+
+
 class Simulator:
     """Replays ``steps`` under ``policy`` on ``cluster``; ``run()`` returns a ``RunResult``."""
 
@@ -477,15 +495,20 @@ class Simulator:
                     self.ledger.release(inst.gpus, self._owner(stage, inst))
         elif eng.closing and eng.idle:
             self._retire(eng)
+        # what a real run measured of its trajectories: each tool call's latency as the replay ran
+        # it (``lat``: the trace's, or the seeded draw where the trace has none), as libra-run's
+        # episodes record theirs; the trace's nulls would leave the planner the default latency
+        # for every call of a log that recorded none (``observed_step``)
+        seen = observed_step(step, lat)
         # oldest first (with shared engines a short step may end before its predecessor)
         at = bisect.bisect(self._history_idx, j)
         self._history_idx.insert(at, j)
-        self.history.insert(at, step)
+        self.history.insert(at, seen)
         # what a real run knows once its rollout ended: how long it took (the next plan, made as
         # this rollout ends, may learn from it; the training time is not known yet in async mode)
         observe = getattr(self.policy, "observe", None)
         if observe is not None:
-            observe(StepOutcome(step.step, plan, step, float(rs.makespan_s), overlapped=stage.overlapped))
+            observe(StepOutcome(step.step, plan, seen, float(rs.makespan_s), overlapped=stage.overlapped))
         self.rollout_done[j].succeed()
         if train is None:
             train = self.env.process(self._train(j, step, plan, job, self.rollout_done[j]))
