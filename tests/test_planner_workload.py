@@ -135,9 +135,12 @@ def test_tail_scenarios_hold_a_rare_timeout_that_the_expected_rank_misses() -> N
     tool = {u: compute_stats(hist, prompts, tail_quantile=u).tail_tool_s.max() for u in (0.125, 0.375, 0.625, 0.875)}
     assert tool[0.875] >= 30.0
     assert tool[0.125] < 1.0 and tool[0.375] < 1.0
-    # the bulk does not move with the tail rows
+    # the bulk does not move with the tail rows (the 7/8 row, extrapolated beyond the window's
+    # longest, may add context cells past it: the bulk has nothing there)
     a, b = compute_stats(hist, prompts), compute_stats(hist, prompts, tail_quantile=0.875)
-    assert np.array_equal(a.decode_tokens, b.decode_tokens) and np.array_equal(a.reach, b.reach)
+    k = len(a.decode_tokens)
+    assert np.array_equal(a.decode_tokens, b.decode_tokens[:k]) and not b.decode_tokens[k:].any()
+    assert np.array_equal(a.reach, b.reach[:k]) and not b.reach[k:].any()
     assert a.digest != b.digest
 
 

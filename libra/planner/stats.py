@@ -42,6 +42,9 @@ from libra.trace.records import Trajectory, Turn
 DEFAULT_TOOL_LATENCY_S = 2.0
 #: Steps of history pooled into the statistics (most recent last).
 DEFAULT_WINDOW = 3
+#: The largest tail index ``tail_index`` reports (a Pareto tail of index 1: a mean that barely
+#: exists); a handful of runaway samples must not extrapolate without bound.
+TAIL_INDEX_MAX = 1.0
 
 
 def cell_edges(max_context: int, first: int = 256) -> np.ndarray:
@@ -168,6 +171,29 @@ def group_longest(step: StepArrays) -> np.ndarray:
     return out
 
 
+def tail_index(values: np.ndarray) -> float:
+    """The Hill estimate of a sample's tail index (``xi``: 0 for an exponential-like tail, 1/alpha
+    for a Pareto tail of index alpha) over its top ``max(5, sqrt(m))`` values, clipped to
+    ``[0, TAIL_INDEX_MAX]``; 0 when the sample is too small to estimate it."""
+    x = np.sort(np.asarray(values, np.float64))[::-1]
+    m = len(x)
+    k = min(max(5, int(np.ceil(np.sqrt(m)))), m - 1)
+    if k < 5 or x[k] <= 0:
+        return 0.0
+    return float(np.clip(np.mean(np.log(x[:k] / x[k])), 0.0, TAIL_INDEX_MAX))
+
+
+def beyond_window_stretch(u: float, n: int, m: int, xi: float) -> float:
+    """How much longer than the longest of ``m`` observed trajectories the longest of the next
+    ``n`` is at its ``u`` quantile, for a tail of index ``xi``: the maxima of ``n`` and ``m``
+    draws are Frechet with scales ``n**xi`` and ``m**xi``, so ``P(M_n / M_m <= r) =
+    m r**(1/xi) / (m r**(1/xi) + n)`` and ``r(u) = (u n / ((1 - u) m)) ** xi``; at least 1 (below
+    ``m / (m + n)`` the observed pool answers the quantile itself)."""
+    if xi <= 0.0 or n <= 0 or m <= 0 or u <= m / (m + n):
+        return 1.0
+    return max(1.0, float((u * n / ((1.0 - u) * m)) ** xi))
+
+
 def compute_stats(
     history: Sequence[StepArrays],
     prompt_tokens: np.ndarray | None,
@@ -212,8 +238,29 @@ def compute_stats(
     n_next = int(len(prompt_tokens)) if prompt_tokens is not None and len(prompt_tokens) else int(np.mean([s.n for s in steps]))
     finals = np.concatenate([s.total_tokens for s in steps]).astype(np.int64)
     group_finals = np.concatenate([group_longest(s) for s in steps]).astype(np.int64)
+    n_tail = tail_of if tail_of is not None else n_next
+    tail_q = 1.0 - 1.0 / (n_tail + 1) if tail_quantile is None else float(tail_quantile) ** (1.0 / max(1, n_tail))
+    # beyond what the window resolves: a quantile of the next step's longest above the pool's own
+    # longest is extrapolated (``beyond_window_stretch``) from the tail index of the trajectories'
+    # generated tokens; the length tail row is then the pool's longest generation, generating that
+    # much more (inside the declared limits)
+    spec = prior if prior is not None else PriorSpec(max_context=prior_cap)
+    gen_totals = [np.add.reduceat(s.gen_tokens, s.turn_offsets[:-1]) if s.n and len(s.gen_tokens) else np.zeros(s.n, np.int64) for s in steps]
+    pooled_gen = np.concatenate(gen_totals) if gen_totals else np.zeros(0)
+    n_pool = int(sum(s.n for s in steps))
+    stretch = beyond_window_stretch(tail_q ** n_tail, n_tail, n_pool, tail_index(pooled_gen)) if len(pooled_gen) else 1.0
+    runaway: tuple[StepArrays, int, np.ndarray] | None = None
+    if stretch > 1.0:
+        si = max((k for k in range(len(steps)) if steps[k].n), key=lambda k: int(gen_totals[k].max()))
+        s0, i0 = steps[si], int(np.argmax(gen_totals[si]))
+        a0, b0 = int(s0.turn_offsets[i0]), int(s0.turn_offsets[i0 + 1])
+        runaway = (s0, i0, _stretched_generation(s0.gen_tokens[a0:b0], s0.tool_tokens[a0:b0], int(s0.prompt_tokens[i0]), stretch, spec))
     if edges is None:
-        edges = cell_edges(int(finals.max()) if len(finals) else 4096)
+        top = int(finals.max()) if len(finals) else 4096
+        if runaway is not None:
+            s0, i0, g0 = runaway
+            top = max(top, int(s0.prompt_tokens[i0] + g0.sum() + s0.tool_tokens[s0.turn_offsets[i0]:s0.turn_offsets[i0 + 1]].sum()))
+        edges = cell_edges(top)
     n_cells = len(edges) - 1
 
     dec = np.zeros(n_cells)
@@ -222,8 +269,6 @@ def compute_stats(
     reach = np.zeros(n_cells)
     n_hist = 0
     tool_lat: dict[str, list[np.ndarray]] = {}
-    n_tail = tail_of if tail_of is not None else n_next
-    tail_q = 1.0 - 1.0 / (n_tail + 1) if tail_quantile is None else float(tail_quantile) ** (1.0 / max(1, n_tail))
     tool_sums = [np.add.reduceat(_latencies(s), s.turn_offsets[:-1]) if s.n and len(s.gen_tokens) else np.zeros(s.n) for s in steps]
     pooled_tools = np.concatenate(tool_sums) if tool_sums else np.zeros(0)
     targets = (
@@ -278,6 +323,8 @@ def compute_stats(
         pcell = np.clip(np.searchsorted(edges, np.asarray(prompt_tokens) - 1, side="right") - 1, 0, n_cells - 1)
         np.add.at(pre, pcell, np.asarray(prompt_tokens, float))
 
+    if runaway is not None:
+        tail_best[0] = (0.0, runaway[0], runaway[1])
     chosen: list[tuple[StepArrays, int]] = []
     for t in tail_best:
         if t is not None and all(t[1] is not c[0] or t[2] != c[1] for c in chosen):
@@ -295,6 +342,8 @@ def compute_stats(
     for k, (s, i) in enumerate(chosen):
         a, b = int(s.turn_offsets[i]), int(s.turn_offsets[i + 1])
         gen = s.gen_tokens[a:b]
+        if k == 0 and runaway is not None:
+            gen = runaway[2]
         if len(gen):
             tail_first[k] = float(gen[0])
             first_overlap[k] = float(np.minimum(firsts, gen[0]).mean()) if len(firsts) else 0.0
@@ -305,7 +354,7 @@ def compute_stats(
         np.add.at(tpre[k], np.clip(np.searchsorted(edges, starts + gen, side="right") - 1, 0, n_cells - 1), ret)
         tpre[k, 0] += s.prompt_tokens[i]
         tail_tool[k] = float(_latencies(s)[a:b].sum())
-        tail_ctx = max(tail_ctx, int(s.total_tokens[i]))
+        tail_ctx = max(tail_ctx, int(s.prompt_tokens[i] + gen.sum() + ret.sum()))
 
     medians = {k: float(np.median(np.concatenate(v))) if sum(len(x) for x in v) else DEFAULT_TOOL_LATENCY_S for k, v in tool_lat.items()}
     h = hashlib.sha1()
@@ -371,6 +420,22 @@ PRIOR_STRETCH: tuple[float, ...] = (1 / 3, 3.0)
 #: search-r/h200-28-14b/K1, 0.876x, SIMULATED). With 8 draws per tail trajectory (1 / (1 - 0.875)),
 #: both stand for the same quantiles, as they already do after a step has run (one history pool).
 PRIOR_POOL = 8
+
+
+def _stretched_generation(gen: np.ndarray, returns: np.ndarray, prompt: int, stretch: float, spec: PriorSpec) -> np.ndarray:
+    """A tail trajectory's per-turn generated tokens times ``stretch``, held inside the declared
+    limits (context cap, generated-token budget): the extra is cut where a limit would end it."""
+    out = np.round(np.asarray(gen, np.float64) * stretch).astype(np.int64)
+    room = []
+    if spec.max_context is not None:
+        room.append(int(spec.max_context) - 1 - int(prompt) - int(np.sum(returns)))
+    if spec.max_response_tokens is not None:
+        room.append(int(spec.max_response_tokens))
+    if room:
+        cap = max(int(np.sum(gen)), min(room))  # never below what the trajectory did
+        if out.sum() > cap:
+            out = np.maximum(np.asarray(gen, np.int64), np.floor(out * (cap / max(out.sum(), 1))).astype(np.int64))
+    return out
 
 
 @dataclass(frozen=True)
