@@ -3,7 +3,8 @@
 A tail scenario asks a quantile of the next step's longest; above the pool's own longest the
 window cannot answer it from data, so ``compute_stats`` extrapolates it from the tail index of
 the trajectories' generated tokens (``tail_index``, ``beyond_window_stretch``), inside the
-declared limits.
+declared limits. The rollout DP then picks each GPU budget's layout by its mean makespan over
+the tail scenarios, the expectation the search ranks by.
 """
 
 from __future__ import annotations
@@ -80,3 +81,44 @@ def test_a_light_tailed_workload_is_barely_extrapolated() -> None:
     nominal = compute_stats(hist, prompts)
     k = min(len(nominal.decode_tokens), len(hi.decode_tokens))
     assert np.allclose(nominal.decode_tokens[:k], hi.decode_tokens[:k]) and hi.decode_tokens[k:].sum() == 0
+
+
+def test_the_dp_picks_each_budgets_layout_by_its_mean_over_the_tail_scenarios() -> None:
+    """Given the tail scenarios' DPs, the layout chosen on a GPU budget is the one whose mean
+    makespan over them is least (its counts the nominal best), not the nominal best."""
+    from libra.cluster import ClusterSpec
+    from libra.planner.search import TAIL_SCENARIOS, Planner
+
+    planner = Planner(ClusterSpec(24, "a100", "qwen3-14b", 8))
+    hist = [make_step(n=32, median=3000, sigma=1.0, seed=3)]
+    prompts = hist[0].prompt_tokens
+    dp = planner.rollout_dp(compute_stats(hist, prompts))
+    tails = [planner.rollout_dp(compute_stats(hist, prompts, tail_quantile=u)) for u in TAIL_SCENARIOS]
+    for G in (4, 8, 12):
+        choice = dp.best(G, tails=tails)
+        assert choice is not None
+        means = {}
+        for c in dp._all_curves():
+            r = dp._best_counts(c, G)
+            if r is not None and len(c.layout.tps) == 1:
+                means[c.layout] = float(np.mean([t.scenario_makespan(c.layout, r[1], r[0]) for t in tails]))
+        if len(choice.layout.tps) == 1:
+            assert means[choice.layout] <= min(means.values()) + 1e-9
+
+
+def test_a_tool_bound_step_does_not_leave_an_unseen_runaway_to_low_tp() -> None:
+    """InterCode CTF's GPT-4 log (a seen held-out log, in the repo): after step 0, whose critical
+    path was a 60 s tool wait and whose longest run generated 1,815 tokens, every rollout TP
+    looks equally fast on the window; step 1 then held a run of 4,151 tokens (106 s at TP 1 on
+    A100, 32 s at TP 8). With the 7/8 scenario extrapolated beyond the window, the plan for step
+    1 runs no instance below TP 4 (the nominal DP had picked three TP-2 instances)."""
+    from libra.cluster import ClusterSpec
+    from libra.planner.search import Planner, SearchOptions
+    from libra.trace.reader import TraceReader
+    from tests.test_planner_workload import with_timeouts
+
+    steps = list(TraceReader("experiments/data/held_out_11/intercode-ctf-gpt-4.jsonl.gz").steps())
+    step0 = with_timeouts(steps[0], {22}, 60.0)  # the replay drew a 60 s tool wait for run 22
+    planner = Planner(ClusterSpec(24, "a100", "qwen3-14b"), options=SearchOptions(max_staleness=0, mini_batches=4))
+    best = planner.search([step0], steps[1].prompt_tokens).best
+    assert min(i.tp for i in best.rollout.instances) >= 4

@@ -58,6 +58,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -165,7 +166,8 @@ class RolloutDP:
         self.tps = tuple(t for t in (tps or table.usable_tps) if t in table.usable_tps)
         self.max_buckets = max_buckets
         self._curves: list[_Curves] | None = None
-        self._memo: dict[tuple[int, float, float], RolloutChoice | None] = {}
+        self._memo: dict[tuple[Any, ...], RolloutChoice | None] = {}
+        self._by_layout: dict[BucketLayout, _Curves] = {}
         self.hits = 0
         self.misses = 0
         # planned from a length prior: one bucket (bounds from a prior's quantiles are guesses),
@@ -406,12 +408,33 @@ class RolloutDP:
         times = [r[0] for c in self._all_curves() if len(c.layout.tps) == 1 for r in [self._best_counts(c, G)] if r is not None]
         return float(min(times)) if times else float("inf")
 
-    def best(self, G: int, kind_scale: tuple[float, float] = (1.0, 1.0)) -> RolloutChoice | None:
+    def scenario_makespan(self, layout: BucketLayout, counts: Sequence[int], nominal: float) -> float:
+        """The makespan of ``layout`` with ``counts`` on this DP's statistics (a tail scenario's,
+        ``TAIL_SCENARIOS``): where its tail does not fit the layout's KV (a context it cannot
+        hold), at least ``nominal``: not holding the tail never makes a layout faster."""
+        c = self._curve_of(layout, counts)
+        ms = self.objective(c, counts)[0]
+        return ms if self.feasible(layout) else max(nominal, ms)
+
+    def _curve_of(self, layout: BucketLayout, counts: Sequence[int]) -> _Curves:
+        """``layout``'s curves, built once for every instance count the GPUs allow."""
+        if layout not in self._by_layout:
+            M = [max(self.max_gpus // t, int(k)) for t, k in zip(layout.tps, counts)]
+            self._by_layout[layout] = self.curves(layout, M)
+        return self._by_layout[layout]
+
+    def best(self, G: int, kind_scale: tuple[float, float] = (1.0, 1.0), tails: Sequence[RolloutDP] = ()) -> RolloutChoice | None:
         """The best layout and allocation on ``G`` rollout GPUs (None: nothing fits).
         ``kind_scale``: what past steps measured against the model's rollout, for one-bucket and
         two-bucket layouts (``libra.planner.feedback``); layouts are compared on scaled times,
-        the choice reports the model's own."""
-        memo_key = (G, float(kind_scale[0]), float(kind_scale[1]))
+        the choice reports the model's own. ``tails``: the same step's statistics with the tail
+        rows at each of the search's tail scenarios (``TAIL_SCENARIOS``); layouts are then
+        compared on their mean makespan over them (each with the counts that are best on this
+        DP's statistics), the expectation the search ranks candidates by: the nominal
+        statistics alone chose TP 1 for a tool-bound step where TP 2-8 were as fast, and a
+        generation longer than the window had seen took it 3x longer (InterCode CTF on 24
+        A100, K=0, SIMULATED)."""
+        memo_key = (G, float(kind_scale[0]), float(kind_scale[1]), tuple(t.stats.digest for t in tails))
         if memo_key in self._memo:
             self.hits += 1
             return self._memo[memo_key]
@@ -423,7 +446,8 @@ class RolloutDP:
             if r is None:
                 continue
             two = len(c.layout.tps) > 1
-            ms = r[0] * kind_scale[1 if two else 0] * ((1.0 + HETERO_MARGIN) if two else 1.0)  # a split must win clearly
+            expected = float(np.mean([t.scenario_makespan(c.layout, r[1], r[0]) for t in tails])) if tails else r[0]
+            ms = expected * kind_scale[1 if two else 0] * ((1.0 + HETERO_MARGIN) if two else 1.0)  # a split must win clearly
             key = (regret.get(c.layout, 1.0), ms)
             if best is None or key < best[3]:
                 best = (r[0], c, r[1], key)

@@ -898,31 +898,40 @@ class Planner:
 
         def visit(grid: list[int]) -> None:
             visited.update(grid)
+            # per budget, the layout best on the nominal statistics and the one best on average
+            # over the tail scenarios (``RolloutDP.best(tails=...)``), both priced: the nominal one
+            # may run async continuous generation at a better pace, the other holds a tail the
+            # window has not shown at a higher TP
             rollout = {n: dp.best(N - n, correction.dp_scale) for n in grid}
+            hedged = {n: dp.best(N - n, correction.dp_scale, tails=tail_dps) for n in grid}
             for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
-                ro = rollout[n_train]
-                assert ro is not None
-                incumbent = state["incumbent"] if bound else float("inf")  # the best rank key so far (expected step time)
-                # every loop's expected step is at least that
-                ro_robust = float(min(ro.makespan_s, tails_of(ro).mean()) * correction.factor(len(ro.layout.tps)) * factors.mean())
-                if continuous and any(m == "async" for m, _ in loops):  # async generates continuously: throughput, or the pipeline's share
-                    k_floor = max(1, self.options.max_staleness) + 1
-                    ro_robust = min(ro_robust, max(ro_robust * ro.throughput_s / ro.makespan_s if ro.makespan_s > 0 else 0.0, ro_robust / k_floor))
-                # bound: what the training stage may still take for this split to beat the incumbent
-                budget = incumbent - (0.0 if overlap else ro_robust) - fixed
-                if budget <= 0 or ro_robust >= incumbent:
-                    state["skipped"] += 1
-                    continue
-                tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=budget)
-                state["last_tree"] = tree
-                if tree.best is None:
-                    state["skipped"] += tree.budget_s != float("inf")
-                    continue
-                best_c = price(n_train, tree.best, tree.best_time_s, ro)
-                if best_c is None:
-                    continue
-                cands.append(best_c)
-                state["incumbent"] = min(incumbent, best_c.rank()[0])
+                choices = [r for r in (rollout[n_train], hedged[n_train]) if r is not None]
+                if len(choices) == 2 and choices[0].layout == choices[1].layout and choices[0].counts == choices[1].counts:
+                    choices = choices[:1]
+                best_n: Candidate | None = None
+                for ro in choices:
+                    incumbent = state["incumbent"] if bound else float("inf")  # the best rank key so far (expected step time)
+                    # every loop's expected step is at least that
+                    ro_robust = float(min(ro.makespan_s, tails_of(ro).mean()) * correction.factor(len(ro.layout.tps)) * factors.mean())
+                    if continuous and any(m == "async" for m, _ in loops):  # async generates continuously: throughput, or the pipeline's share
+                        k_floor = max(1, self.options.max_staleness) + 1
+                        ro_robust = min(ro_robust, max(ro_robust * ro.throughput_s / ro.makespan_s if ro.makespan_s > 0 else 0.0, ro_robust / k_floor))
+                    # bound: what the training stage may still take for this split to beat the incumbent
+                    budget = incumbent - (0.0 if overlap else ro_robust) - fixed
+                    if budget <= 0 or ro_robust >= incumbent:
+                        state["skipped"] += 1
+                        continue
+                    tree = self.tree.best(n_train, tokens, seq, seq_max, budget_s=budget)
+                    state["last_tree"] = tree
+                    if tree.best is None:
+                        state["skipped"] += tree.budget_s != float("inf")
+                        continue
+                    best_c = price(n_train, tree.best, tree.best_time_s, ro)
+                    if best_c is not None and (best_n is None or best_c.rank() < best_n.rank()):
+                        best_n = best_c
+                if best_n is not None:
+                    cands.append(best_n)
+                    state["incumbent"] = min(float(state["incumbent"]), best_n.rank()[0])
 
         # the plan in force, kept as it is (its training strategy and its instances, no
         # transition), is always a candidate while it still fits: the tree's best strategy for
@@ -961,8 +970,10 @@ class Planner:
         else:
             visit(self.n_train_grid())
         if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
-            co = self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]) if bound else float("inf"),
-                                 fixed, correction, amortize, tail_dps=tail_dps)
+            # the time-shared plan on the nominal best layout and on the tail scenarios' (as ``visit``)
+            cos = [self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]) if bound else float("inf"),
+                                   fixed, correction, amortize, tail_dps=tail_dps, hedge=h) for h in (False, True)]
+            co = min((c for c in cos if c is not None), key=Candidate.rank, default=None)
             if co is not None:
                 cands.append(co)
         skipped = int(state["skipped"])
@@ -995,14 +1006,18 @@ class Planner:
     @staticmethod
     def _tail_makespans(dps: Sequence[RolloutDP], ro: RolloutChoice, nominal: float) -> np.ndarray:
         """``ro``'s layout and counts re-predicted on each tail scenario's statistics
-        (``TAIL_SCENARIOS``); ``nominal`` where a scenario's tail does not fit the layout's KV
-        (its rows ask a context the layout cannot hold) or there are no scenarios."""
+        (``TAIL_SCENARIOS``); ``nominal`` where there are no scenarios or no counts. A scenario
+        whose tail does not fit the layout's KV (its rows ask a context the layout cannot hold:
+        a prior stretched long, a runaway extrapolated beyond the window) is priced at least at
+        ``nominal``: not holding the tail never makes the layout faster."""
         if not dps:
             return np.asarray([nominal], np.float64)
         out = []
         for d in dps:
-            if not ro.counts or min(ro.counts) < 1 or not d.feasible(ro.layout):
+            if not ro.counts or min(ro.counts) < 1:
                 out.append(nominal)
+            elif not d.feasible(ro.layout):
+                out.append(max(nominal, d.evaluate(ro.layout, list(ro.counts))[0]))
             else:
                 out.append(d.evaluate(ro.layout, list(ro.counts))[0])
         return np.asarray(out, np.float64)
@@ -1038,19 +1053,21 @@ class Planner:
 
     def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float,
                    fixed: float = 0.0, correction: RolloutCorrection | None = None, amortize: float | None = None,
-                   keep: tuple[RolloutChoice, TrainConfig] | None = None, tail_dps: Sequence[RolloutDP] = ()) -> Candidate | None:
+                   keep: tuple[RolloutChoice, TrainConfig] | None = None, tail_dps: Sequence[RolloutDP] = (),
+                   hedge: bool = False) -> Candidate | None:
         """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
         all N (or on as many as the training backend can use, ``ClusterSpec.train_gpu_cap``; the
         rest wait), each GPU switching stage twice per step and the weights handed over through
         CUDA IPC (``StepCosts.colocated_overhead_s``: engine sleep + trainer onload, trainer
         offload + engine wake at the largest instance TP, the IPC sync), plus the per-sample
         bookkeeping ``fixed``. ``keep``: the in-force time-shared plan's rollout and training
-        strategy, priced as they are (the candidate of not changing)."""
+        strategy, priced as they are (the candidate of not changing). ``hedge``: the rollout
+        layout best on average over the tail scenarios ``tail_dps`` instead of the nominal one."""
         N = self.cluster.n_gpus
         n_train = self.cluster.train_gpu_cap
         amortize = self.options.amortize_steps if amortize is None else amortize
         correction = correction or RolloutCorrection()
-        ro = keep[0] if keep is not None else dp.best(N, correction.dp_scale)
+        ro = keep[0] if keep is not None else dp.best(N, correction.dp_scale, tails=tail_dps if hedge else ())
         if ro is None:
             return None
         corr = correction.factor(len(ro.layout.tps))
