@@ -970,9 +970,14 @@ class Planner:
         else:
             visit(self.n_train_grid())
         if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
-            # the time-shared plan on the nominal best layout and on the tail scenarios' (as ``visit``)
+            # the time-shared plan on the nominal best layout and, where it differs, on the tail
+            # scenarios' (as ``visit``)
+            nom, hed = dp.best(N, correction.dp_scale), dp.best(N, correction.dp_scale, tails=tail_dps)
+            layouts = [r for r in (nom, hed) if r is not None]
+            if len(layouts) == 2 and layouts[0].layout == layouts[1].layout and layouts[0].counts == layouts[1].counts:
+                layouts = layouts[:1]
             cos = [self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]) if bound else float("inf"),
-                                   fixed, correction, amortize, tail_dps=tail_dps, hedge=h) for h in (False, True)]
+                                   fixed, correction, amortize, tail_dps=tail_dps, rollout=r) for r in layouts]
             co = min((c for c in cos if c is not None), key=Candidate.rank, default=None)
             if co is not None:
                 cands.append(co)
@@ -1012,15 +1017,9 @@ class Planner:
         ``nominal``: not holding the tail never makes the layout faster."""
         if not dps:
             return np.asarray([nominal], np.float64)
-        out = []
-        for d in dps:
-            if not ro.counts or min(ro.counts) < 1:
-                out.append(nominal)
-            elif not d.feasible(ro.layout):
-                out.append(max(nominal, d.evaluate(ro.layout, list(ro.counts))[0]))
-            else:
-                out.append(d.evaluate(ro.layout, list(ro.counts))[0])
-        return np.asarray(out, np.float64)
+        if not ro.counts or min(ro.counts) < 1:
+            return np.full(len(dps), nominal, np.float64)
+        return np.asarray([d.scenario_makespan(ro.layout, ro.counts, nominal) for d in dps], np.float64)
 
     def _kept(self, current: Plan | None, dp: RolloutDP, seq_max: int, provisional: bool = False) -> RolloutChoice | None:
         """The in-force plan's rollout, re-predicted on the new statistics, when the plan can be
@@ -1054,20 +1053,21 @@ class Planner:
     def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float,
                    fixed: float = 0.0, correction: RolloutCorrection | None = None, amortize: float | None = None,
                    keep: tuple[RolloutChoice, TrainConfig] | None = None, tail_dps: Sequence[RolloutDP] = (),
-                   hedge: bool = False) -> Candidate | None:
+                   rollout: RolloutChoice | None = None) -> Candidate | None:
         """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
         all N (or on as many as the training backend can use, ``ClusterSpec.train_gpu_cap``; the
         rest wait), each GPU switching stage twice per step and the weights handed over through
         CUDA IPC (``StepCosts.colocated_overhead_s``: engine sleep + trainer onload, trainer
         offload + engine wake at the largest instance TP, the IPC sync), plus the per-sample
         bookkeeping ``fixed``. ``keep``: the in-force time-shared plan's rollout and training
-        strategy, priced as they are (the candidate of not changing). ``hedge``: the rollout
-        layout best on average over the tail scenarios ``tail_dps`` instead of the nominal one."""
+        strategy, priced as they are (the candidate of not changing). ``rollout``: the rollout
+        layout to price (the search passes the DP's nominal best and its best over the tail
+        scenarios ``tail_dps``); None: the DP's nominal best."""
         N = self.cluster.n_gpus
         n_train = self.cluster.train_gpu_cap
         amortize = self.options.amortize_steps if amortize is None else amortize
         correction = correction or RolloutCorrection()
-        ro = keep[0] if keep is not None else dp.best(N, correction.dp_scale, tails=tail_dps if hedge else ())
+        ro = keep[0] if keep is not None else rollout if rollout is not None else dp.best(N, correction.dp_scale)
         if ro is None:
             return None
         corr = correction.factor(len(ro.layout.tps))

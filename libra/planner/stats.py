@@ -249,17 +249,16 @@ def compute_stats(
     pooled_gen = np.concatenate(gen_totals) if gen_totals else np.zeros(0)
     n_pool = int(sum(s.n for s in steps))
     stretch = beyond_window_stretch(tail_q ** n_tail, n_tail, n_pool, tail_index(pooled_gen)) if len(pooled_gen) else 1.0
-    runaway: tuple[StepArrays, int, np.ndarray] | None = None
+    runaway: tuple[StepArrays, int, np.ndarray] | None = None  # (its step, its index, its stretched generation)
+    top = int(finals.max()) if len(finals) else 4096
     if stretch > 1.0:
         si = max((k for k in range(len(steps)) if steps[k].n), key=lambda k: int(gen_totals[k].max()))
         s0, i0 = steps[si], int(np.argmax(gen_totals[si]))
         a0, b0 = int(s0.turn_offsets[i0]), int(s0.turn_offsets[i0 + 1])
-        runaway = (s0, i0, _stretched_generation(s0.gen_tokens[a0:b0], s0.tool_tokens[a0:b0], int(s0.prompt_tokens[i0]), stretch, spec))
+        g0 = _stretched_generation(s0.gen_tokens[a0:b0], s0.tool_tokens[a0:b0], int(s0.prompt_tokens[i0]), stretch, spec)
+        runaway = (s0, i0, g0)
+        top = max(top, int(s0.total_tokens[i0]) + int(g0.sum() - s0.gen_tokens[a0:b0].sum()))
     if edges is None:
-        top = int(finals.max()) if len(finals) else 4096
-        if runaway is not None:
-            s0, i0, g0 = runaway
-            top = max(top, int(s0.prompt_tokens[i0] + g0.sum() + s0.tool_tokens[s0.turn_offsets[i0]:s0.turn_offsets[i0 + 1]].sum()))
         edges = cell_edges(top)
     n_cells = len(edges) - 1
 
