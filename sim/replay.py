@@ -89,7 +89,7 @@ def replay_policy(
     costs = costs or load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, calibration, engine=cluster.engine)
     options = PolicyOptions(ev=costs.ev, seed=config.seed, kl=config.kl > 0, staleness=config.staleness, max_staleness=k,
                             mode=config.mode, streaming=config.streaming, mini_batches=config.mini_batches,
-                            run_steps=len(steps), continuous=config.continuous, hindsight=SimReplayer(steps, cluster, costs, config))
+                            run_steps=len(steps), continuous=config.continuous, tool_kv=config.kv_mode, hindsight=SimReplayer(steps, cluster, costs, config))
     pol = resolve(policy, cluster, options, **opts)
     sim = Simulator(steps, pol, cluster, costs, config)
     res = sim.run(progress)

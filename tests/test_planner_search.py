@@ -16,6 +16,7 @@ from libra.errors import UserError
 from libra.planner.decision_tree import enumerate_strategies, training_time_fn
 from libra.planner.packing import fits, node_capacities, pack
 from libra.planner.search import STAY_TOLERANCE, Planner, Replanner, SearchOptions, same_shape, stay_within_tolerance, step_time
+from libra.planner.stats import compute_stats
 from libra.trace.workload import generate_steps
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -69,7 +70,12 @@ def test_packing_is_exact_for_divisible_tp_degrees() -> None:
 
 def _brute_force_rollout(dp, G: int, gpn: int) -> float:  # type: ignore[no-untyped-def]
     """min over layouts and EVERY count vector that packs on G GPUs of the predicted makespan."""
-    best = float("inf")
+    return _brute_force_argmin(dp, G, gpn)[0]
+
+
+def _brute_force_argmin(dp, G: int, gpn: int):  # type: ignore[no-untyped-def]
+    """``(makespan, layout, counts)`` of the brute-force optimum on G GPUs (first of ties)."""
+    best = (float("inf"), None, None)
     for layout in dp.layouts():
         if not dp.feasible(layout):
             continue
@@ -77,7 +83,9 @@ def _brute_force_rollout(dp, G: int, gpn: int) -> float:  # type: ignore[no-unty
         for counts in itertools.product(*[range(1, G // t + 1) for t in layout.tps]):
             if not fits(G, gpn, [t for t, m in zip(layout.tps, counts) for _ in range(m)]):
                 continue
-            best = min(best, dp.objective(curves, counts)[0])
+            ms = dp.objective(curves, counts)[0]
+            if ms < best[0]:
+                best = (ms, layout, counts)
     return best
 
 
@@ -99,7 +107,9 @@ def test_max_second_count_matches_packing() -> None:
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_search_equals_brute_force(ev: CostEvaluator, mode: str) -> None:
     """12 GPUs on 8-GPU nodes (a partial node for most splits), 2 buckets: the search's choice is
-    the brute-force optimum of the same objective, split by split and overall."""
+    the brute-force optimum of the same objective, split by split and overall. Async: per split,
+    the rollout is the one step's brute-force optimum or, where that one evicts the staleness
+    cycle's parked KV (``RolloutDP.evicts``), the cycle's, whichever gives the shorter step."""
     cluster = ClusterSpec(12, "a800", "qwen3-8b", gpus_per_node=8)
     planner = Planner(cluster, ev, SearchOptions(mode=mode, max_staleness=int(mode == "async"), streaming=False, colocated=False))
     hist = make_history(2, n=48, median=3000, error_long=True)
@@ -108,6 +118,8 @@ def test_search_equals_brute_force(ev: CostEvaluator, mode: str) -> None:
     tokens, seq, seq_max = planner.train_shape(res.stats)
     seq_max = planner.train_memory_length(tokens, seq, seq_max)  # the memory length the search holds strategies to
     by_split = {c.n_train: c for c in res.candidates}
+    prompts = hist[-1].prompt_tokens
+    cycle = planner.rollout_dp(compute_stats(hist, np.tile(prompts, 2), window=planner.options.window, tail_of=len(prompts)))
     brute_best = float("inf")
     for n_train in range(1, 12):
         full = enumerate_strategies(ev, n_train, max(1, tokens // seq), seq_max, 8, training_time_fn(ev, tokens, seq), dominance=False, bound=False)
@@ -116,15 +128,28 @@ def test_search_equals_brute_force(ev: CostEvaluator, mode: str) -> None:
             continue
         # the training stage plus the per-sample bookkeeping the planner adds to every split
         bf_train = min(t for t, _ in full.ranked) + planner.step_costs.step_fixed_s(res.stats.n_trajectories)
-        bf_roll = _brute_force_rollout(dp, 12 - n_train, 8)
+        bf_roll, bf_layout, bf_counts = _brute_force_argmin(dp, 12 - n_train, 8)
         c = by_split.get(n_train)
         if c is not None:  # visited (not cut by the bound): its parts are the brute-force optima
             assert c.train_s == pytest.approx(bf_train, rel=1e-12)
-            assert c.rollout.makespan_s == pytest.approx(bf_roll, rel=1e-12)
             sync = c.sync_s
-            # async: continuous generation's throughput and staleness-cycle terms of that rollout
             f = c.rollout_factor
-            extra = (c.rollout.throughput_s * f, 1, c.cohort_s * f) if mode == "async" else ()
+            if mode == "async":
+                # continuous generation's throughput and staleness-cycle terms of each rollout offered
+                options = [(bf_layout, bf_counts)]
+                _, cy_layout, cy_counts = _brute_force_argmin(cycle, 12 - n_train, 8)
+                if cy_layout is not None and dp.feasible(cy_layout) and cycle.evicts(bf_layout, bf_counts):
+                    options.append((cy_layout, cy_counts))
+                priced = []
+                for layout, counts in options:
+                    ms, load, _ = dp.evaluate(layout, counts)
+                    thr = min(load, dp.saturated_s(layout, counts))
+                    priced.append((ms, step_time(mode, ms * f, bf_train, sync, thr * f, 1, cycle.evaluate(layout, counts)[0] * f)))
+                assert any(c.rollout.makespan_s == pytest.approx(ms, rel=1e-12) for ms, _ in priced)
+                brute_best = min(brute_best, min(st for _, st in priced))
+                continue
+            assert c.rollout.makespan_s == pytest.approx(bf_roll, rel=1e-12)
+            extra: tuple[float, ...] = ()
         else:  # cut by the bound: provably no better, whatever its sync time (async: at least the cycle's share)
             sync = 0.0
             extra = (0.0, 1, bf_roll) if mode == "async" else ()

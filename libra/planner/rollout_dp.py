@@ -77,6 +77,33 @@ DEFAULT_MAX_BUCKETS = 2
 HETERO_MARGIN = 0.15
 
 
+#: Evictions of KV parked in tool calls (``kv_pressure``), as a function of the pressure
+#: ``rho`` = the turn-averaged contexts of an instance's trajectories over its KV capacity
+#: (``WorkloadStats.resident_ctx``): none up to ``KV_PRESSURE_FREE``, then a share
+#: ``1 - exp(-(rho - KV_PRESSURE_FREE) / KV_PRESSURE_SCALE)`` of the tool returns finds its KV
+#: evicted (LRU, before any running sequence is preempted: ``sim.instance``) and prefills its
+#: whole context again. Not every trajectory is in flight at once (short ones finish, long ones
+#: start their later turns after others ended), so eviction starts above a pressure of 1. Fitted
+#: on replays of the bundled SWE trace (windows 0:5, 5:10, 10:14) at 16 fixed layouts of
+#: Qwen3-8B, 14B and 32B on H100 and A100, K = 0, 1 and 2, where the replayed share of evicted
+#: returns was 0 up to rho 1.47, 0.01-0.27 at 1.49-1.71, 0.53-0.63 at 2.0-2.2, 0.71-0.83 at 2.3-2.7
+#: and 0.99 at 5.4 (SIMULATED; experiments/kv_pressure.py). Why: the DP capped the decode batch
+#: by the KV of the mean context but never charged the parked KV, and ranked five TP-4 instances of Qwen3-32B
+#: for two SWE steps in flight (async, K = 1) at 637 s; they thrashed for 1,982 s against 938 s
+#: for three TP-8 instances (held_out_25 swe-bundled-w/h100-48-32b/K1, 0.734x).
+KV_PRESSURE_FREE = 1.45
+KV_PRESSURE_SCALE = 0.65
+#: The engines' rule for a trajectory's KV during a tool call (``sim.rollout``'s ``kv_mode``).
+TOOL_KV_MODES: tuple[str, ...] = ("keep", "release")
+
+
+def kv_pressure(rho: np.ndarray | float) -> np.ndarray:
+    """The share of tool returns whose parked KV is evicted at pressure ``rho`` (see
+    ``KV_PRESSURE_FREE``)."""
+    over = np.maximum(np.asarray(rho, np.float64) - KV_PRESSURE_FREE, 0.0)
+    return 1.0 - np.exp(-over / KV_PRESSURE_SCALE)
+
+
 @dataclass(frozen=True)
 class BucketLayout:
     """TP per bucket and the ``len(tps) - 1`` interior context bounds between them."""
@@ -153,11 +180,18 @@ class RolloutDP:
         tps: Sequence[int] | None = None,
         max_buckets: int = DEFAULT_MAX_BUCKETS,
         nvlink_domain: int | None = None,
+        tool_kv: str = "keep",
     ) -> None:
         """``nvlink_domain``: GPUs per NVLink domain, the bin instances pack into (default
-        ``gpus_per_node``; 72 on GB200 NVL72, whose 4-GPU nodes a TP-8 instance spans)."""
+        ``gpus_per_node``; 72 on GB200 NVL72, whose 4-GPU nodes a TP-8 instance spans).
+        ``tool_kv``: whether the engines keep a trajectory's KV through its tool calls ("keep",
+        evictable: ``evicted_share``) or release it ("release": every return prefills its whole
+        context again)."""
         if not 1 <= max_buckets <= 2:
             raise ValueError(f"max_buckets must be 1 or 2, got {max_buckets}")
+        if tool_kv not in TOOL_KV_MODES:
+            raise ValueError(f"tool_kv must be one of {TOOL_KV_MODES}, got {tool_kv!r}")
+        self.tool_kv = tool_kv
         self.stats = stats
         self.table = table
         self.gpus_per_node = gpus_per_node
@@ -175,7 +209,7 @@ class RolloutDP:
         self._scenarios: list[RolloutDP] = []
         if stats.scenarios:
             self.max_buckets = 1
-            self._scenarios = [RolloutDP(sc, table, gpus_per_node, max_gpus, tps, 1, nvlink_domain) for sc in stats.scenarios]
+            self._scenarios = [RolloutDP(sc, table, gpus_per_node, max_gpus, tps, 1, nvlink_domain, tool_kv) for sc in stats.scenarios]
 
     # ---- the model -------------------------------------------------------------------------
     def layouts(self) -> list[BucketLayout]:
@@ -221,6 +255,12 @@ class RolloutDP:
         tail_p = s.tail_prefill_tokens[:, lo:hi].sum(1)[:, None]
         m = np.asarray(m, np.float64)
         ppt = self.table.prefill_per_token[t]
+        # KV parked in tool calls that the instances cannot hold is evicted and prefilled again
+        # at the return (``kv_pressure``): the bucket's and the tail's prefill grow by that share
+        evicted = self.evicted_share(layout, b, m)
+        if evicted.any():
+            P = P + evicted * float(s.return_ctx[lo:hi].sum())
+            tail_p = tail_p + evicted[None, :] * s.tail_return_ctx[:, lo:hi].sum(1)[:, None]
         if T <= 0:
             return P * ppt / m, np.broadcast_to(tail_p * ppt, (len(tail), len(m))).copy()
         ctx = S / T
@@ -248,6 +288,28 @@ class RolloutDP:
         if b == 0:
             tail_s = tail_s + self._start_s(t, m, bcap, share, b_tail, iteration_s)
         return iters * iteration_s(B) + P * ppt / m, tail_s
+
+    def evicted_share(self, layout: BucketLayout, b: int, m: np.ndarray) -> np.ndarray:
+        """The share of bucket ``b``'s tool returns whose parked KV was evicted, per instance
+        count ``m`` (``kv_pressure`` of the KV its trajectories hold in flight over an
+        instance's KV capacity); zeros when the statistics carry no resident KV."""
+        s = self.stats
+        m = np.asarray(m, np.float64)
+        if self.tool_kv == "release":
+            return np.ones_like(m)
+        if not len(s.resident_ctx):
+            return np.zeros_like(m)
+        lo, hi = self._cell_ranges(layout)[b]
+        cap = float(self.table.kv_capacity.get(layout.tps[b], 0))
+        resident = float(s.resident_ctx[lo:hi].sum())
+        if cap <= 0 or resident <= 0:
+            return np.zeros_like(m)
+        return kv_pressure(resident / m / cap)
+
+    def evicts(self, layout: BucketLayout, counts: Sequence[int]) -> bool:
+        """Whether ``layout`` with ``counts`` instances per bucket is predicted to evict parked KV
+        on these statistics (``evicted_share`` above 0 in some bucket; always under "release")."""
+        return any(float(self.evicted_share(layout, b, np.array([float(m)]))[0]) > 0.0 for b, m in enumerate(counts))
 
     def _start_s(self, t: int, m: np.ndarray, bcap: float, share: np.ndarray, b_tail: np.ndarray,
                  iteration_s: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:

@@ -85,7 +85,7 @@ from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_d
 from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_strategies, memory_report, report_line, training_time_fn
 from libra.planner.feedback import RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
-from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, RolloutChoice, RolloutDP, plan_layout
+from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
 from libra.planner.settle import best_knobs
 from libra.planner.stats import PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
@@ -201,6 +201,10 @@ class SearchOptions:
     #: the user's micro-batch pin (``--micro-batch``): each step settles its knobs keeping it
     #: (``libra.planner.settle``), and the plan in force is priced the same way
     micro_batch: int | None = None
+    #: whether the engines keep a trajectory's KV cached during its tool calls ("keep": vLLM's
+    #: prefix cache, evictable under pressure) or release it ("release": every return prefills
+    #: the whole context again); the rollout DP charges the re-prefill (``RolloutDP.evicted_share``)
+    tool_kv: str = "keep"
 
     def __post_init__(self) -> None:
         if self.max_staleness < 0:
@@ -212,6 +216,8 @@ class SearchOptions:
                             "with max_staleness 0 only on-policy (sync, sync + streaming) loops are allowed")
         if self.mode == "async" and self.streaming:
             raise UserError("streaming is a synchronous mode (mini-batches of the step's own rollout); it cannot be combined with async")
+        if self.tool_kv not in TOOL_KV_MODES:
+            raise UserError(f"tool_kv must be one of {', '.join(TOOL_KV_MODES)}, got {self.tool_kv!r}")
 
     def loop_modes(self) -> tuple[tuple[LoopMode, bool], ...]:
         """The (mode, streaming) loops the search prices for a split plan, least staleness first."""
@@ -528,7 +534,8 @@ class Planner:
 
     # ---- feedback from steps run -------------------------------------------------------------
     def _hindsight_dp(self, plan: Plan, stats: WorkloadStats, max_buckets: int) -> RolloutDP:
-        return RolloutDP(stats, self.table, self.cluster.gpus_per_node, plan.n_rollout_gpus, self.tps, max_buckets, self.nvlink_domain)
+        return RolloutDP(stats, self.table, self.cluster.gpus_per_node, plan.n_rollout_gpus, self.tps, max_buckets, self.nvlink_domain,
+                         self.options.tool_kv)
 
     def hindsight_rollout_s(self, plan: Plan, step: StepArrays, stats: WorkloadStats | None = None) -> float:
         """What the load model predicts for ``plan``'s rollout layout fed ``step``'s own
@@ -570,7 +577,8 @@ class Planner:
         dp = self._dps.get(stats.digest)
         if dp is None:
             dp = RolloutDP(stats, self.table, self.cluster.gpus_per_node, self.cluster.n_gpus,
-                           tps=self.options.tps, max_buckets=self.options.max_buckets, nvlink_domain=self.nvlink_domain)
+                           tps=self.options.tps, max_buckets=self.options.max_buckets, nvlink_domain=self.nvlink_domain,
+                           tool_kv=self.options.tool_kv)
             if len(self._dps) > 48:  # keep the memo bounded over a long run (a search uses up to 10: ``TAIL_SCENARIOS``)
                 self._dps.pop(next(iter(self._dps)))
             self._dps[stats.digest] = dp
@@ -904,10 +912,20 @@ class Planner:
             # window has not shown at a higher TP
             rollout = {n: dp.best(N - n, correction.dp_scale) for n in grid}
             hedged = {n: dp.best(N - n, correction.dp_scale, tails=tail_dps) for n in grid}
+            # async: and, where one step's best layout does not hold the parked KV of the staleness
+            # cycle's K + 1 steps in flight together (``RolloutDP.evicted_share``), the layout best
+            # for the cycle. Only there: offered everywhere, its near-ties picked more, smaller
+            # instances the load model over-rates at high concurrency (never_loses
+            # search-long-large/a800-128-14b/K1: 24 TP-2 instances for 2 x 1,280 Search-R1
+            # trajectories, forecast 46.73 s against 46.90 s, replayed 4% slower than 12 TP-4, SIMULATED)
+            cycle = {n: self._on_step(dp, dp_cohort.best(N - n, correction.dp_scale)) for n in grid
+                     if dp_cohort is not None and self.options.tool_kv == "keep" and rollout[n] is not None
+                     and dp_cohort.evicts(rollout[n].layout, rollout[n].counts)}
             for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
-                choices = [r for r in (rollout[n_train], hedged[n_train]) if r is not None]
-                if len(choices) == 2 and choices[0].layout == choices[1].layout and choices[0].counts == choices[1].counts:
-                    choices = choices[:1]
+                choices: list[RolloutChoice] = []
+                for r in (rollout[n_train], hedged[n_train], cycle.get(n_train)):
+                    if r is not None and all(r.layout != q.layout or r.counts != q.counts for q in choices):
+                        choices.append(r)
                 best_n: Candidate | None = None
                 for ro in choices:
                     incumbent = state["incumbent"] if bound else float("inf")  # the best rank key so far (expected step time)
@@ -999,6 +1017,14 @@ class Planner:
     def tree_time(self, cfg: TrainConfig, tokens: int, seq: int) -> float:
         """The training stage of ``cfg``, exactly as the decision tree times its leaves."""
         return float(training_time_fn(self.step_costs, tokens, seq, self.options.kl)(cfg))
+
+    @staticmethod
+    def _on_step(dp: RolloutDP, ro: RolloutChoice | None) -> RolloutChoice | None:
+        """``ro`` (chosen on other statistics: the staleness cycle's) predicted on ``dp``'s, one
+        step's; None when there is no choice or ``dp`` cannot hold its layout."""
+        if ro is None or not dp.feasible(ro.layout):
+            return None
+        return dp.choice_for(ro.layout, list(ro.counts), ro.instances, ro.buckets, ro.n_gpus)
 
     @staticmethod
     def _cohort_s(dp: RolloutDP, ro: RolloutChoice) -> float:

@@ -95,6 +95,7 @@ class LibraPolicy:
             run_steps=o.run_steps,
             continuous=o.continuous,
             micro_batch=o.micro_batch,
+            tool_kv=o.tool_kv,
         )
         self._cluster: ClusterSpec | None = None
         self._ev: CostModel | None = o.ev

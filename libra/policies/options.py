@@ -63,6 +63,7 @@ class PolicyOptions:
     window: int = 3
     run_steps: int | None = None  # the RL run's length in steps, when known (Libra amortizes the async pipeline's fill over it)
     continuous: bool = True  # async generates continuously across steps (the backend's loop: SimConfig.continuous); False in libra-run
+    tool_kv: str = "keep"  # the engines keep a trajectory's KV during its tool calls (evictable) or release it (SimConfig.kv_mode)
     split: tuple[int, int] | None = None
     rollout_tp: int | None = None
     train_tp: int | None = None

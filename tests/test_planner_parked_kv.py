@@ -1,0 +1,95 @@
+"""The KV that trajectories park on their instance while a tool runs.
+
+With ``tool_kv: keep`` a trajectory in a tool call keeps its KV cached (evictable, LRU) on its
+instance; when an instance's trajectories hold more than its KV capacity, returning trajectories
+find their KV evicted and prefill their whole context again (``sim.instance``). The rollout DP
+charges that re-prefill (``RolloutDP.evicted_share``, ``kv_pressure``), and an async search also
+prices, per GPU budget, the layout best for the staleness cycle's K + 1 steps in flight together.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from libra.cluster import ClusterSpec
+from libra.planner.rollout_dp import KV_PRESSURE_FREE, BucketLayout, kv_pressure
+from libra.planner.search import Planner, SearchOptions
+from libra.planner.stats import compute_stats
+from libra.trace.columnar import StepArrays
+from tests.test_planner_workload import make_step
+
+
+def test_the_evicted_share_is_zero_below_the_free_pressure_and_rises_to_one() -> None:
+    rho = np.array([0.5, 1.0, KV_PRESSURE_FREE, KV_PRESSURE_FREE + 0.3, 2.0, 2.5, 6.0])
+    e = kv_pressure(rho)
+    assert (e[:3] == 0.0).all()
+    assert (np.diff(e[2:]) > 0).all() and e[-1] > 0.99 and (e <= 1.0).all()
+    # the fit's anchors (replayed shares of evicted returns, SIMULATED): ~0.6 at 2.05, ~0.8 at 2.5
+    assert 0.5 < float(kv_pressure(2.05)) < 0.7 and 0.72 < float(kv_pressure(2.5)) < 0.88
+
+
+def test_resident_and_return_contexts_are_the_contexts_at_the_tool_calls() -> None:
+    """One trajectory: prompt 100, turns (gen 50, tool 30), (gen 20, tool 10), (gen 40, no tool):
+    contexts at the calls 150 and 200 (and 250 after the last turn); turn-averaged 200; the
+    re-prefill of the two returns 350."""
+    from libra.trace.columnar import StepArrays
+    from libra.trace.records import Trajectory, Turn
+
+    turns = (Turn(50, "bash", 1.0, 30, "ok"), Turn(20, "bash", 1.0, 10, "ok"), Turn(40, None, None, 0, None))
+    step = StepArrays.from_trajectories(0, [Trajectory(id="t", step=0, prompt_tokens=100, turns=turns)])
+    st = compute_stats([step], step.prompt_tokens)
+    assert st.resident_ctx.sum() == pytest.approx((150 + 200 + 250) / 3)
+    assert st.return_ctx.sum() == pytest.approx(150 + 200)
+    assert st.tail_return_ctx.sum(1).max() == pytest.approx(150 + 200)
+
+
+def _swe_like(n: int, seed: int) -> StepArrays:
+    return make_step(n=n, median=12000, sigma=0.5, seed=seed)
+
+
+def test_more_trajectories_than_the_kv_holds_pay_the_re_prefill_and_release_pays_it_always() -> None:
+    """The same layout and counts: a step whose trajectories park more KV than the instances
+    hold is predicted slower than the model without parked KV would say; "release" charges every
+    return's whole context."""
+    cl = ClusterSpec(16, "h100", "qwen3-32b")
+    hist = [_swe_like(256, 1)]
+    prompts = np.tile(hist[0].prompt_tokens, 4)  # four steps' trajectories in flight
+    keep = Planner(cl).rollout_dp(compute_stats(hist, prompts))
+    release = Planner(cl, options=SearchOptions(tool_kv="release")).rollout_dp(compute_stats(hist, prompts))
+    layout = BucketLayout((4,), ())
+    m = np.array([1.0, 2.0, 4.0])
+    share = keep.evicted_share(layout, 0, m)
+    assert share[0] > share[1] > 0.0  # fewer instances, more pressure
+    assert (release.evicted_share(layout, 0, m) == 1.0).all()
+    load_keep, _ = keep.raw_times(layout, 0, m)
+    load_release, _ = release.raw_times(layout, 0, m)
+    assert (load_release >= load_keep).all()
+    # without the parked KV (the statistics' resident contexts emptied) the same layout is faster
+    from dataclasses import replace
+
+    blind = Planner(cl).rollout_dp(replace(keep.stats, resident_ctx=np.zeros(0), digest="blind"))
+    load_blind, _ = blind.raw_times(layout, 0, m)
+    assert load_keep[0] > load_blind[0] * 1.2
+
+
+def test_an_async_plan_holds_the_kv_of_the_staleness_cycle() -> None:
+    """The bundled SWE trace (steps 10-11) on 48 H100 with Qwen3-32B at K = 1, planned from the
+    SWE prior as a replay's first step is: two steps' 1,024 trajectories are in flight together.
+    One step's best layout, five TP-4 instances on 20 GPUs (session 16's plan), holds one step's
+    parked KV but not two (replayed: 1,982 s of rollout, 63% of the returns evicted, against 938 s
+    and none for three TP-8 instances, SIMULATED). The plan's instances now hold the cycle."""
+    from libra.planner.rollout_dp import plan_layout
+    from libra.trace.reader import TraceReader
+
+    steps = [s for s in TraceReader("traces/swe-qwen3-14b.jsonl.gz").steps() if s.step in (10, 11)]
+    cl = ClusterSpec(48, "h100", "qwen3-32b", max_context=32768, max_turns=50, workload="swe")
+    planner = Planner(cl, options=SearchOptions(max_staleness=1, mini_batches=4, run_steps=4))
+    plan = planner.plan([], steps[0].prompt_tokens)
+    assert plan.mode == "async"
+    layout, counts = plan_layout(plan)
+    # measured on the two steps that then ran together
+    cycle = planner.rollout_dp(compute_stats([steps[0], steps[1]], np.tile(steps[1].prompt_tokens, 2)))
+    shares = [float(cycle.evicted_share(layout, b, np.array([float(m)]))[0]) for b, m in enumerate(counts)]
+    assert max(shares) < 0.25, (layout, counts, shares)
+    assert float(cycle.evicted_share(BucketLayout((4,), ()), 0, np.array([5.0]))[0]) > 0.4  # session 16's layout
