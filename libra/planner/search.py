@@ -454,6 +454,16 @@ def declared_context(cluster: ClusterSpec) -> int | None:
     return int(cluster.max_context) if cluster.max_context is not None else None
 
 
+def distinct_choices(*choices: RolloutChoice | None) -> list[RolloutChoice]:
+    """The rollout choices a GPU budget offers the rank, in order, without the missing ones and
+    without repeats of a layout and counts already offered (each is priced once)."""
+    out: list[RolloutChoice] = []
+    for r in choices:
+        if r is not None and all(r.layout != q.layout or r.counts != q.counts for q in out):
+            out.append(r)
+    return out
+
+
 def known_kind(spec: PriorSpec) -> bool:
     """Whether ``spec`` declares a workload kind whose calibrated prior exists (``swe``, ``search``,
     ``math``: ``libra.trace.workload.WORKLOADS``); a converted agent log (``workload: agent``) or
@@ -922,10 +932,7 @@ class Planner:
                      if dp_cohort is not None and self.options.tool_kv == "keep" and rollout[n] is not None
                      and dp_cohort.evicts(rollout[n].layout, rollout[n].counts)}
             for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
-                choices: list[RolloutChoice] = []
-                for r in (rollout[n_train], hedged[n_train], cycle.get(n_train)):
-                    if r is not None and all(r.layout != q.layout or r.counts != q.counts for q in choices):
-                        choices.append(r)
+                choices = distinct_choices(rollout[n_train], hedged[n_train], cycle.get(n_train))
                 best_n: Candidate | None = None
                 for ro in choices:
                     incumbent = state["incumbent"] if bound else float("inf")  # the best rank key so far (expected step time)
@@ -990,10 +997,7 @@ class Planner:
         if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
             # the time-shared plan on the nominal best layout and, where it differs, on the tail
             # scenarios' (as ``visit``)
-            nom, hed = dp.best(N, correction.dp_scale), dp.best(N, correction.dp_scale, tails=tail_dps)
-            layouts = [r for r in (nom, hed) if r is not None]
-            if len(layouts) == 2 and layouts[0].layout == layouts[1].layout and layouts[0].counts == layouts[1].counts:
-                layouts = layouts[:1]
+            layouts = distinct_choices(dp.best(N, correction.dp_scale), dp.best(N, correction.dp_scale, tails=tail_dps))
             cos = [self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]) if bound else float("inf"),
                                    fixed, correction, amortize, tail_dps=tail_dps, rollout=r) for r in layouts]
             co = min((c for c in cos if c is not None), key=Candidate.rank, default=None)
