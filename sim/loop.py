@@ -433,18 +433,24 @@ class Simulator:
         settle = getattr(self.policy, "settle_training", None)
         if settle is not None and job.feed is None:  # a complete batch: its micro-batch and recompute are set for it
             cfg = settle(plan, step, tuple(self.history))
-            if cfg.n_gpus != plan.train.n_gpus or plan.colocated and not same_layout(cfg, plan.train):
+            # a time-shared plan keeps its layout once it has trained (a change is a transition):
+            # it settles the layout it planned or the one its trainer holds; its first training
+            # may re-lay, as a split's does (``libra.planner.settle.first_layout``)
+            held0 = self._held_train
+            if cfg.n_gpus != plan.train.n_gpus or (plan.colocated and not same_layout(cfg, plan.train) and held0 is not None
+                                                   and not same_layout(cfg, held0[1])):
                 raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s training on {cfg}, not on its plan's "
                                       f"{plan.n_train_gpus} training GPUs ({plan.train}): a split change is a plan transition")
             job.settle(cfg)
             plan = dataclasses.replace(plan, train=cfg)
         trans = self._transitions[j]
         held = self._held_train
-        if held is not None and not plan.colocated and not held[0].colocated:
-            # split to split: the trainer re-shards when it trains another layout or GPU count than
-            # it holds (a plan transition, or a layout a policy settled: ``Policy.settle_training``)
+        if held is not None and plan.colocated == held[0].colocated:
+            # split to split, or time-shared to time-shared: the trainer re-shards when it trains
+            # another layout or GPU count than it holds (a plan transition, or a layout a policy
+            # settled at its first training: ``Policy.settle_training``)
             changed = plan.n_train_gpus != held[0].n_train_gpus or not same_layout(plan.train, held[1])
-        else:  # the first training (the planned layout was loaded at start), or a time-shared plan
+        else:  # the first training (the planned layout was loaded at start), or a move between split and time-shared
             changed = trans.train_changed or (held is None and not same_layout(plan.train, self._planned_train[j]))
         self._held_train = (plan, plan.train)
         if changed:  # re-shard for the new strategy

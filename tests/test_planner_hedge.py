@@ -109,3 +109,26 @@ def test_an_undeclared_kind_launches_a_layout_sized_for_the_short_scenarios() ->
     first = planner.plan([], prompts)
     second = planner.plan([], prompts, current=first)
     assert (second.n_train_gpus, second.train) == (first.n_train_gpus, first.train) == (launched.n_train, launched.train)
+
+
+def test_a_streamed_first_step_is_priced_with_the_strategy_it_launches_with() -> None:
+    """A streamed step trains before its batch is complete, in its plan's strategy (nothing
+    settles a streamed job), so in each prior scenario the hedge prices the streamed class with
+    the default prior's strategy on the same GPUs, timed on the scenario's batch, not with one
+    re-chosen for the scenario. Before, the streamed split looked as safe as the others and won
+    the hedge on short real logs, whose first step then trained the 64K prior's layout (FireAct
+    HotpotQA on 48 H100 with Qwen3-32B at K=0: 16.5 s of training where a settled layout takes
+    1.3 s; SIMULATED). On 16 A100 with Qwen3-14B at K=0 that price is above the optimistic one
+    in the short scenarios, and the hedge no longer streams the first step."""
+    from libra.planner.search import class_prices
+
+    planner = _planner("agent", hedge=True, k=0)
+    res = planner.search([], PROMPTS)
+    runs = [planner._search((), PROMPTS, None, s, bound=False) for s in prior_scenarios(PriorSpec.of(planner.cluster))]
+    optimistic = [class_prices(r.candidates) for r in runs]
+    regret = {c: max(p[c] / min(p.values()) for p in optimistic) for c in optimistic[0]}
+    assert res.hedge["sync+streaming"] > regret["sync+streaming"] + 1e-3
+    assert res.hedge["sync"] == pytest.approx(regret["sync"])  # a complete batch re-lays: priced as before
+    launch = {c.n_train: c.train for c in runs[0].candidates if not c.colocated}
+    assert any(c.train != launch.get(c.n_train, c.train) for r in runs[1:] for c in r.candidates if not c.colocated)
+    assert not res.best.streaming and loop_class(res.best) == min(res.hedge, key=res.hedge.get)

@@ -225,3 +225,69 @@ def test_a_launch_layout_that_cannot_hold_the_first_batch_is_moved() -> None:
     assert moved is not small and memory_report(ev, moved, memory).fits
     fitting = enumerate_strategies(ev, 16, 16, memory, 8, timer, bound=False).ranked[-1][1]  # holds it, the slowest that does
     assert first_layout(tree, fitting, long_step, [long_step], None, 16, 4.0, run_price=hidden) is fitting
+
+
+def _colocated(n_gpus: int, train: TrainConfig) -> Plan:
+    inst = uniform_instances(n_gpus, 8, 8)
+    return Plan(n_rollout_gpus=n_gpus, n_train_gpus=n_gpus, train=train, instances=inst,
+                buckets=(Bucket(0, 8, 0, None),), colocated=True)
+
+
+class SettlingOnce(FixedPolicy):
+    """A fixed plan whose first training settles ``first`` and every later one ``later``."""
+
+    def __init__(self, plan: Plan, first: TrainConfig, later: TrainConfig) -> None:
+        super().__init__(plan)
+        self.first, self.later, self.n = first, later, 0
+
+    def settle_training(self, plan: Plan, batch: Any, seen: Any) -> TrainConfig:
+        self.n += 1
+        return self.first if self.n == 1 else self.later
+
+
+def test_a_time_shared_plan_re_lays_at_its_first_training_and_then_holds_that_layout() -> None:
+    """A time-shared plan's first training may re-lay its layout, as a split's does
+    (``first_layout``: nothing has trained, the launch layout was sized for a prior): one weights-
+    only re-build (``StepCosts.build_s``), then the trainer holds the new layout. Before, the
+    simulator refused any settled layout change of a time-shared plan, so Libra's first
+    time-shared step trained the prior's layout (intercode-sql on 24 A800, Qwen3-14B, K=0:
+    116.5 s against 104.3 s for verl-colocated, SIMULATED). A later layout change is still a
+    plan transition, refused when only settled."""
+    ev = CostEvaluator("b200", "qwen3-32b")
+    cluster = ClusterSpec(24, "b200", "qwen3-32b")
+    steps = [make_step(s, 64, seed=2) for s in range(3)]
+    zero1 = dataclasses.replace(PRIOR_SIZED, zero_stage=1, micro_batch=4, recompute=False)
+    plan = _colocated(24, PRIOR_SIZED)
+    res = Simulator(steps, SettlingOnce(plan, zero1, zero1), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
+    sc = StepCosts(ev, 8)
+    assert [m.transition_s for m in res.steps] == pytest.approx([sc.build_s(zero1), 0.0, 0.0], rel=1e-12)
+    for st, m in zip(steps, res.steps):
+        tokens, seq = int(st.total_tokens.sum()), int(round(float(st.total_tokens.mean())))
+        assert m.train_s == pytest.approx(training_time_fn(ev, tokens, seq)(zero1) + sc.step_fixed_s(st.n), rel=1e-12)
+    # the planned layout again, once the trainer holds another: a transition, not a settle
+    other = dataclasses.replace(PRIOR_SIZED, tp=4, dp=6)
+    with pytest.raises(SimulationError, match="split change"):
+        Simulator(steps, SettlingOnce(plan, zero1, other), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
+
+
+def test_only_a_plan_made_before_the_first_training_follows_its_re_layout() -> None:
+    """The first training's re-layout (``first_layout``) applies to the plans made before it,
+    which carry the layout it left (at K >= 1, or the next step planned as a rollout ends). A
+    plan made after it chose its layout knowing the one the trainer holds, so a plan carrying
+    the old layout then is the planner's move back, priced as a transition. Before, every plan
+    carrying the old layout was mapped to the new one, and the trainer kept a layout the
+    planner had left (a time-shared intercode-sql run on 24 A800, Qwen3-14B, K=0: 108 s a step
+    where the planned layout trains in 103 s; SIMULATED)."""
+    from libra.policies import PolicyOptions, resolve
+
+    cluster = ClusterSpec(24, "b200", "qwen3-32b")
+    pol = resolve("libra", cluster, PolicyOptions())
+    batch = make_step(0, 64, seed=2)
+    before = pol.plan(cluster, (), batch.prompt_tokens)
+    moved = dataclasses.replace(before.train, zero_stage=1, micro_batch=4, recompute=False)
+    if same_layout(moved, before.train):
+        moved = dataclasses.replace(moved, zero_stage=2)
+    pol._relayout, pol._trained = (before.train, moved), True  # as the first training's ``first_layout`` leaves it
+    after = dataclasses.replace(before, notes=dict(before.notes))  # the same layout, planned after it
+    assert pol._relaid(before) == moved
+    assert pol._relaid(after) is after.train

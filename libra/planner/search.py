@@ -674,6 +674,7 @@ class Planner:
             except UserError:  # a kind this cluster cannot run at all is no scenario to hedge against
                 continue
         prices = [class_prices(r.candidates) for r in runs]
+        prices = [prices[0]] + [self._as_launched(runs[0], r, p) for r, p in zip(runs[1:], prices[1:])]
         classes = [c for c in prices[0] if all(c in p for p in prices)]
         nominal = runs[0]
         if not classes:
@@ -705,6 +706,35 @@ class Planner:
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret)
 
+    def _as_launched(self, nominal: SearchResult, scenario: SearchResult, prices: dict[str, float]) -> dict[str, float]:
+        """``prices`` (each loop class's best step in ``scenario``, ``class_prices``) with the
+        streamed class priced with the training strategy it would launch with: the default
+        prior's (``nominal``) on the same training GPUs, timed on the scenario's batch.
+
+        A streamed step trains before its batch is complete, with its plan's strategy and knobs
+        (nothing settles a streamed job), while a step that trains a complete batch settles its
+        knobs and, at the run's first training, its layout (``first_layout``; time-shared too),
+        which re-choosing the strategy per scenario prices. Why: re-chosen for each scenario, a
+        streamed split was priced with a layout it would not train with. On a real ReAct log the
+        64K prior's streamed layout (FireAct HotpotQA on 48 H100 with Qwen3-32B at K=0: TP 8,
+        ZeRO-3, micro-batch 1 with recompute) trained the first step in 16.5 s where a layout
+        settled for its 184-token trajectories on the same 24 GPUs takes 1.3 s (held_out_25,
+        SIMULATED). A split the default prior did not price keeps the scenario's own strategy."""
+        launch = {c.n_train: c.train for c in nominal.candidates if not c.colocated}
+        if "sync+streaming" not in prices:
+            return prices
+        tokens, seq, _ = self.train_shape(scenario.stats)
+        streamed: list[float] = []
+        for c in scenario.candidates:
+            if c.colocated or "sync+streaming" not in c.mode_step_s or c.n_train not in launch:
+                continue
+            cfg = launch[c.n_train]
+            train_s = c.train_s + self.tree_time(cfg, tokens, seq) - self.tree_time(c.train, tokens, seq)
+            sync = weight_sync_s(self.step_costs, self.cluster, c.n_train, cfg, c.rollout.instances)
+            streamed.append(streaming_step_s(c.rollout_s, train_s, sync, scenario.stats.final_context,
+                                             self.options.mini_batches, scenario.stats.group_final_context))
+        return {**prices, "sync+streaming": float(min(streamed))} if streamed else prices
+
     def _launch_layout(self, best: Candidate, runs: Sequence[SearchResult], current: Plan | None) -> Candidate:
         """The training layout a run of undeclared kind launches with: ``best``'s, or the strategy
         on its training GPUs of least worst-case cost over the prior scenarios ``runs``, where the
@@ -715,8 +745,8 @@ class Planner:
         paid over the steps a change is amortized over (``build_s / amortize_over(0)``); one that
         does not hold it costs that re-build (the first training must move, ``first_layout``).
         Each cost is relative to the scenario's predicted step. Only for a plan whose first
-        training settles its layout (a split, not streamed: a streamed step trains with its
-        plan's knobs) and at launch (no plan in force).
+        training settles its layout (a split or a time-shared plan, not streamed: a streamed step
+        trains with its plan's knobs) and at launch (no plan in force).
 
         Why: the default prior reaches 64K tokens, so the launch layout held sequences no short
         log brings (ZeRO-3, or TP 4, where ZeRO-1 at TP 1 trains the trace's 1K-token sequences
@@ -725,7 +755,7 @@ class Planner:
         a 1.74 s re-build; SIMULATED). The costs are asymmetric: a layout too small for a long
         scenario costs one re-build, a fraction of a percent of its long steps; a layout sized
         for the long scenario costs a short one its training speed at every step."""
-        if current is not None or best.colocated or best.streaming or not runs:
+        if current is not None or best.streaming or not runs:
             return best
         n = best.n_train
         amortize = self.amortize_over(0)

@@ -141,7 +141,9 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
     the layout chosen for the trace's 4K-token sequences takes 0.75 s; held_out_12 FireAct
     multitask, 48 H100, K=1, SIMULATED). At K >= 1 the second step was planned before the first
     ran, so two steps of a short log trained in the prior's layout. Later layouts are the
-    planner's, priced as transitions like any other change."""
+    planner's, priced as transitions like any other change. A time-shared plan's first training
+    may re-lay too (``LibraPolicy`` prices its chain with the colocated switches, which depend
+    on the layout); a streamed one cannot, as it trains before its batch is complete."""
     if not batch.n:
         return settled
     tokens, seq, memory = batch_shape(tree, batch, seen, declared_context, cap_gpus)

@@ -104,6 +104,7 @@ class LibraPolicy:
         self._last_model = RemainingWorkModel()
         self._trained = False  # whether a training was settled yet (the first may change the layout)
         self._relayout: tuple[TrainConfig, TrainConfig] | None = None  # (planned, moved to) by the first training
+        self._provisional: list[Plan] = []  # the plans made before the first training (``_relaid``)
         self._measured_rollout_s: dict[int, float] = {}  # step -> its measured rollout, until the first training
         self._setup(cluster)
 
@@ -112,6 +113,7 @@ class LibraPolicy:
             self._ev = make_evaluator(cluster)
         self._cluster = cluster
         self._trained, self._relayout = False, None  # a new cluster is a new run
+        self._provisional = []
         self._measured_rollout_s: dict[int, float] = {}
         planner = Planner(cluster, self._ev, self._options)
         self._replanner = Replanner(
@@ -139,6 +141,8 @@ class LibraPolicy:
             if history or cluster.max_context is not None:
                 raise  # measured steps or a declared limit: nothing fits what will happen
             plan = self._plan_assuming_cap(cluster, history, prompt_tokens)
+        if not self._trained:
+            self._provisional.append(plan)
         model = RemainingWorkModel.fit(history, window=max(self.window, 4))
         self._last_model = model
         self._models[id(plan)] = (plan, model)
@@ -209,11 +213,12 @@ class LibraPolicy:
         train = self._relaid(plan)
         cfg = settle_training(planner.tree, train, batch, seen, declared_context(planner.cluster),
                               planner.cluster.train_gpu_cap, self.options.micro_batch)
-        if not self._trained and not plan.colocated:
+        if not self._trained:
             # each strategy's price: the steps it is paid over, run in the plan's loop with this
             # step's rollout as the backend measured it (``observe``, called before its training
             # starts; else the load model's hindsight prediction), the strategy's training and its
-            # weight sync, and the re-shard in the first (``pipeline_run_s``)
+            # weight sync (time-shared: its switches and IPC hand-over, which depend on the
+            # layout), and the re-shard in the first (``pipeline_run_s``)
             rollout = self._measured_rollout_s.get(batch.step, float("nan"))
             if rollout != rollout:
                 rollout = planner.hindsight_rollout_s(plan, batch)
@@ -223,7 +228,10 @@ class LibraPolicy:
             staleness = max(1, plan.max_staleness)
 
             def run_price(strategy: TrainConfig, train_s: float, reshard_s: float) -> float:
-                sync = weight_sync_s(planner.step_costs, planner.cluster, plan.n_train_gpus, strategy, plan.instances)
+                if plan.colocated:
+                    sync = planner.step_costs.colocated_overhead_s(strategy, plan.instances)
+                else:
+                    sync = weight_sync_s(planner.step_costs, planner.cluster, plan.n_train_gpus, strategy, plan.instances)
                 return pipeline_run_s(plan.mode, staleness, rollout, train_s + sync, steps, reshard_s)
 
             new = first_layout(planner.tree, cfg, batch, seen, declared_context(planner.cluster), planner.cluster.train_gpu_cap,
@@ -236,8 +244,13 @@ class LibraPolicy:
 
     def _relaid(self, plan: Plan) -> TrainConfig:
         """``plan``'s training strategy, or the layout the first training moved it to when
-        ``plan`` still carries the old one (``settle_training``)."""
-        if self._relayout is not None and not plan.colocated:
+        ``plan`` was made before that training and still carries the old one
+        (``settle_training``). A plan made after it chose its layout knowing the one the trainer
+        holds (``plan`` re-bases the search on it), so a move back is the planner's, priced as
+        a transition: mapping it too had the trainer keep a layout the planner left (a time-shared
+        plan on 24 A800s kept TP 1 x PP 2 x DP 12, 108 s a step, where the plan's PP 1 x DP 24
+        trains in 103 s; intercode-sql, K=0, SIMULATED)."""
+        if self._relayout is not None and any(p is plan for p in self._provisional):
             old, new = self._relayout
             if same_layout(plan.train, old) and plan.train.n_gpus == new.n_gpus:
                 return new
