@@ -87,7 +87,7 @@ from libra.planner.feedback import RolloutCalibration, RolloutCorrection, StepOu
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
 from libra.planner.settle import best_knobs
-from libra.planner.stats import PriorSpec, WorkloadStats, compute_stats
+from libra.planner.stats import PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
 from libra.trace.columnar import StepArrays
@@ -475,11 +475,37 @@ def known_kind(spec: PriorSpec) -> bool:
 
 def prior_scenarios(spec: PriorSpec) -> list[PriorSpec]:
     """The priors an undeclared workload may turn out to follow: ``spec`` itself (the default,
-    SWE-agent-like prior) first, then each known kind's, all inside ``spec``'s declared limits."""
+    SWE-agent-like prior) first, then each known kind's, all inside ``spec``'s declared limits,
+    then each of those wrong by the short side of ``PRIOR_STRETCH`` (every generated and returned
+    token scaled by 1/3), the uncertainty band the planner already assumes of any prior
+    (``WorkloadStats.scenarios``). Only the short side: the default prior already reaches its
+    65,536-token cap, and stretched 3x it drew 157K-token sequences that no strategy trains on
+    16 A100s, so every split class dropped out of the comparison and the hedge ran time-shared.
+
+    Why the stretched ones: the kinds' own priors did not span the real logs an undeclared kind
+    turned out to be. FireAct HotpotQA's ReAct trajectories average 184 tokens where the
+    shortest kind's prior (Search-R1) averages 1,152, so no scenario priced what a first step
+    in the default prior's layout costs on them: a streamed first step on 48 H100s with
+    Qwen3-32B trained 16.5 s where a layout settled for the batch takes 1.3 s (held_out_25
+    fireact-hotpotqa/h100-48-32b/K0, SIMULATED)."""
     from libra.trace.workload import WORKLOADS
 
-    return [spec] + [replace(spec, workload=k) for k in sorted(WORKLOADS)]
+    base = [spec] + [replace(spec, workload=k) for k in sorted(WORKLOADS)]
+    return base + [replace(s, stretch=s.stretch * f) for f in PRIOR_STRETCH if f < 1.0 for s in base]
 
+
+#: Why ``Planner.hedged_search`` never streams the first step of an undeclared kind (measured,
+#: SIMULATED). A streamed step trains before its batch is complete, in its plan's strategy: the
+#: default prior's, sized for 64K-token sequences. Priced in each prior scenario with that
+#: strategy, the streamed split still had the least worst-case regret on real logs shorter than
+#: every scenario, and ran 0.79x of verl-static-uniform (FireAct HotpotQA on 48 H100s, Qwen3-32B,
+#: K=0: 16.5 s of training where a layout settled for its 184-token trajectories takes 1.3 s;
+#: held_out_25). With the scenarios stretched to 1/3 it took intercode-sql on 24 B200s with
+#: Qwen3-30B-A3B from 1.08x to 0.82x (a 135 s first step against 76 s time-shared). Every other
+#: class settles its layout at its first training (``first_layout``), so its regret is the
+#: scenarios'; a streamed split's is unbounded below the shortest scenario. From the second step
+#: on the planner prices streaming from measured steps like any loop.
+UNSETTLED_FIRST_STEP = "sync+streaming"
 
 #: A loop class (``loop_class``) as the search's (mode, streaming) pin of a split plan.
 LOOP_OF_CLASS: dict[str, tuple[LoopMode, bool]] = {"sync": ("sync", False), "sync+streaming": ("sync", True), "async": ("async", False)}
@@ -673,8 +699,11 @@ class Planner:
                 runs.append(self._search((), prompt_tokens, current, s, bound=False))
             except UserError:  # a kind this cluster cannot run at all is no scenario to hedge against
                 continue
-        prices = [class_prices(r.candidates) for r in runs]
-        prices = [prices[0]] + [self._as_launched(runs[0], r, p) for r, p in zip(runs[1:], prices[1:])]
+        # a streamed first step is no candidate: it would train the default prior's strategy and
+        # knobs unsettled (nothing settles a streamed job; every other class settles its layout at
+        # its first training, ``first_layout``), and for a kind nobody declared no scenario bounds
+        # what that costs (``UNSETTLED_FIRST_STEP``)
+        prices = [{c: v for c, v in class_prices(r.candidates).items() if c != UNSETTLED_FIRST_STEP} for r in runs]
         classes = [c for c in prices[0] if all(c in p for p in prices)]
         nominal = runs[0]
         if not classes:
@@ -705,35 +734,6 @@ class Planner:
         best = self._launch_layout(best, runs, current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret)
-
-    def _as_launched(self, nominal: SearchResult, scenario: SearchResult, prices: dict[str, float]) -> dict[str, float]:
-        """``prices`` (each loop class's best step in ``scenario``, ``class_prices``) with the
-        streamed class priced with the training strategy it would launch with: the default
-        prior's (``nominal``) on the same training GPUs, timed on the scenario's batch.
-
-        A streamed step trains before its batch is complete, with its plan's strategy and knobs
-        (nothing settles a streamed job), while a step that trains a complete batch settles its
-        knobs and, at the run's first training, its layout (``first_layout``; time-shared too),
-        which re-choosing the strategy per scenario prices. Why: re-chosen for each scenario, a
-        streamed split was priced with a layout it would not train with. On a real ReAct log the
-        64K prior's streamed layout (FireAct HotpotQA on 48 H100 with Qwen3-32B at K=0: TP 8,
-        ZeRO-3, micro-batch 1 with recompute) trained the first step in 16.5 s where a layout
-        settled for its 184-token trajectories on the same 24 GPUs takes 1.3 s (held_out_25,
-        SIMULATED). A split the default prior did not price keeps the scenario's own strategy."""
-        launch = {c.n_train: c.train for c in nominal.candidates if not c.colocated}
-        if "sync+streaming" not in prices:
-            return prices
-        tokens, seq, _ = self.train_shape(scenario.stats)
-        streamed: list[float] = []
-        for c in scenario.candidates:
-            if c.colocated or "sync+streaming" not in c.mode_step_s or c.n_train not in launch:
-                continue
-            cfg = launch[c.n_train]
-            train_s = c.train_s + self.tree_time(cfg, tokens, seq) - self.tree_time(c.train, tokens, seq)
-            sync = weight_sync_s(self.step_costs, self.cluster, c.n_train, cfg, c.rollout.instances)
-            streamed.append(streaming_step_s(c.rollout_s, train_s, sync, scenario.stats.final_context,
-                                             self.options.mini_batches, scenario.stats.group_final_context))
-        return {**prices, "sync+streaming": float(min(streamed))} if streamed else prices
 
     def _launch_layout(self, best: Candidate, runs: Sequence[SearchResult], current: Plan | None) -> Candidate:
         """The training layout a run of undeclared kind launches with: ``best``'s, or the strategy

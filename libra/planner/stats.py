@@ -483,6 +483,10 @@ class PriorSpec:
     max_turns: int | None = None
     workload: str | None = None
     group_size: int | None = None  # GRPO samples per prompt: the prior's trajectories come in groups of it
+    #: every generated and returned token of the prior scaled by this (``prior_step``): 1 is the
+    #: prior itself; the first-step hedge also prices the prior wrong by ``PRIOR_STRETCH``
+    #: (``libra.planner.search.prior_scenarios``)
+    stretch: float = 1.0
 
     @classmethod
     def of(cls, cluster: Any) -> PriorSpec:
@@ -578,7 +582,7 @@ def _prior_pool(n: int, prompts: bytes | None, spec: PriorSpec) -> tuple[StepArr
     seeded, so every ask gets the same steps): an undeclared kind's first search drew it 120
     times, 6.3 s against 1.8 s before ``PRIOR_POOL`` made each draw 8x larger."""
     arr = None if prompts is None else np.frombuffer(prompts, np.int64)
-    return (prior_step(n, arr, spec),) + tuple(prior_step(n, arr, spec, stretch=f) for f in PRIOR_STRETCH)
+    return (prior_step(n, arr, spec, stretch=spec.stretch),) + tuple(prior_step(n, arr, spec, stretch=spec.stretch * f) for f in PRIOR_STRETCH)
 
 
 def prior_step(n: int, prompt_tokens: np.ndarray | None = None, spec: PriorSpec | None = None, seed: int = 0,

@@ -71,14 +71,20 @@ def test_streaming_key_defaults_to_the_plan_and_is_checked() -> None:
 def test_the_policy_is_built_with_the_runs_loop_options() -> None:
     """The planner prices the loop the run executes: a pinned ``streaming: false`` leaves it no
     streamed candidate, unset lets it choose (it streams at CPU scale: the tail is worth
-    overlapping), and the static baselines never stream."""
+    overlapping), and the static baselines never stream. The run declares its workload kind:
+    the first step of an undeclared kind is never streamed (its layout would be the default
+    prior's, unsettled: ``libra.planner.search.UNSETTLED_FIRST_STEP``)."""
+    import dataclasses
+
     from libra.runtime.policyglue import make_policy
 
-    c, ev = _cluster(4, 1), _ev(4)
+    undeclared, ev = _cluster(4, 1), _ev(4)
+    c = dataclasses.replace(undeclared, workload="math")
     prompts = np.full(12, 40, np.int64)
     chosen = make_policy("libra", c, ev, 0, False, mini_batches=2).plan(c, [], prompts)
     off = make_policy("libra", c, ev, 0, False, streaming=False, mini_batches=2).plan(c, [], prompts)
     assert chosen.mode == off.mode == "sync" and chosen.streaming and not off.streaming
+    assert not make_policy("libra", undeclared, ev, 0, False, mini_batches=2).plan(undeclared, [], prompts).streaming
     assert not make_policy("verl-static-uniform", c, ev, 0, False).plan(c, [], prompts).streaming
 
 
