@@ -264,7 +264,7 @@ def test_a_time_shared_plan_re_lays_at_its_first_training_and_then_holds_that_la
     for st, m in zip(steps, res.steps):
         tokens, seq = int(st.total_tokens.sum()), int(round(float(st.total_tokens.mean())))
         assert m.train_s == pytest.approx(training_time_fn(ev, tokens, seq)(zero1) + sc.step_fixed_s(st.n), rel=1e-12)
-    # the planned layout again, once the trainer holds another: a transition, not a settle
+    # after the first training, a layout neither planned nor held is a transition, not a settle
     other = dataclasses.replace(PRIOR_SIZED, tp=4, dp=6)
     with pytest.raises(SimulationError, match="split change"):
         Simulator(steps, SettlingOnce(plan, zero1, other), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
