@@ -430,21 +430,20 @@ class Simulator:
             yield self.synced[j - 1]
         owner = ("train", step.step)
         yield self.ledger.acquire(job.gpus, owner)
+        held = self._held_train  # (plan, layout) the trainer holds; None before the first training
         settle = getattr(self.policy, "settle_training", None)
         if settle is not None and job.feed is None:  # a complete batch: its micro-batch and recompute are set for it
             cfg = settle(plan, step, tuple(self.history))
             # a time-shared plan keeps its layout once it has trained (a change is a transition):
             # it settles the layout it planned or the one its trainer holds; its first training
             # may re-lay, as a split's does (``libra.planner.settle.first_layout``)
-            held0 = self._held_train
-            if cfg.n_gpus != plan.train.n_gpus or (plan.colocated and not same_layout(cfg, plan.train) and held0 is not None
-                                                   and not same_layout(cfg, held0[1])):
+            if cfg.n_gpus != plan.train.n_gpus or (plan.colocated and not same_layout(cfg, plan.train) and held is not None
+                                                   and not same_layout(cfg, held[1])):
                 raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s training on {cfg}, not on its plan's "
                                       f"{plan.n_train_gpus} training GPUs ({plan.train}): a split change is a plan transition")
             job.settle(cfg)
             plan = dataclasses.replace(plan, train=cfg)
         trans = self._transitions[j]
-        held = self._held_train
         if held is not None and plan.colocated == held[0].colocated:
             # split to split, or time-shared to time-shared: the trainer re-shards when it trains
             # another layout or GPU count than it holds (a plan transition, or a layout a policy
