@@ -49,6 +49,7 @@ from libra.scheduling.routers import LeastLoadedRouter  # noqa: E402
 from libra.trace.latencies import resolve_latencies  # noqa: E402
 from libra.trace.workload import generate_steps  # noqa: E402
 from sim.costs import load_costs  # noqa: E402
+from sim.loop import observed_step  # noqa: E402
 from sim.noise import Noise  # noqa: E402
 from sim.rollout import RolloutStage  # noqa: E402
 
@@ -68,6 +69,7 @@ class Case:
     gpu: str
     model: str
     check: tuple[int, ...]
+    trace: str | None = None  # a converted real log (``experiments/data``) instead of a generated workload
 
 
 CASES = (
@@ -79,6 +81,28 @@ CASES = (
     # the bundled Search-R1 trace's generator and seed (traces/README.md), two steps whose critical path binds
     Case("search-r1", "search", 21, 1280, 5, 0, {}, 48, "a800", "qwen3-8b", (14, 20)),
 )
+
+#: Converted public agent logs (``experiments/data``; every one replayed in an earlier held-out
+#: grid): shapes the generators do not make (many short turns, long tool waits, mixed models).
+LOG_CASES = (
+    Case("intercode-sql", "agent", 0, 0, 0, 0, {}, 56, "a800", "qwen3-14b", (0, 1), "held_out_22/intercode-sql-spider-dev.jsonl.gz"),
+    Case("medagentbench", "agent", 0, 0, 0, 0, {}, 32, "h200", "qwen3-32b", (0, 2), "held_out_19/medagentbench-jan17v1.jsonl.gz"),
+    Case("fireact-hotpotqa", "agent", 0, 0, 0, 0, {}, 48, "h100", "qwen3-32b", (0,), "held_out/fireact-hotpotqa.jsonl.gz"),
+    Case("mini-swe", "agent", 0, 0, 0, 0, {}, 32, "h200", "qwen3-32b", (1,), "held_out_4/mini-swe-agent-gemini-3-pro-swebench-verified.jsonl.gz"),
+    Case("tau-airline", "agent", 0, 0, 0, 0, {}, 24, "h100", "qwen3-14b", (0,), "held_out_4/tau-bench-airline-gpt-4o.jsonl.gz"),
+    Case("intercode-bash", "agent", 0, 0, 0, 0, {}, 40, "a800", "qwen3-8b", (0,), "held_out_11/intercode-bash-gpt-4.jsonl.gz"),
+    Case("webshop", "agent", 0, 0, 0, 0, {}, 48, "b200", "qwen3-14b", (0,), "held_out_14/webshop-react-text-davinci-002.jsonl.gz"),
+    Case("bfcl", "agent", 0, 0, 0, 0, {}, 32, "h100", "qwen3-8b", (0,), "held_out_26/bfcl-multi-turn-gpt-oss-120b.jsonl.gz"),
+)
+
+
+def case_steps(case: Case) -> list:  # type: ignore[type-arg]
+    """The case's steps: generated, or read from its converted log."""
+    if case.trace is None:
+        return list(generate_steps(case.workload, case.steps, case.batch, case.group_size, case.seed, **case.params))
+    from sim.replay import load_steps
+    steps, _header = load_steps(str(Path(__file__).resolve().parent / "data" / case.trace))
+    return list(steps)
 
 
 def simulate(step, plan: Plan, costs, gpus_per_node: int) -> float:  # type: ignore[no-untyped-def]
@@ -94,16 +118,19 @@ def simulate(step, plan: Plan, costs, gpus_per_node: int) -> float:  # type: ign
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--csv", help="also write every layout's row here")
+    ap.add_argument("--logs", action="store_true", help="also the converted public logs (LOG_CASES)")
     args = ap.parse_args(argv)
     rows: list[dict] = []
-    for case in CASES:
-        steps = list(generate_steps(case.workload, case.steps, case.batch, case.group_size, case.seed, **case.params))
+    for case in CASES + (LOG_CASES if args.logs else ()):
+        steps = case_steps(case)
         cl = ClusterSpec(case.gpus, case.gpu, case.model, 8, max_context=case.params.get("max_context"))
         planner = Planner(cl, options=SearchOptions())
         costs = load_costs(case.gpu, case.model, 8)
         for si in case.check:
             step = steps[si]
-            stats = compute_stats([step], step.prompt_tokens, window=1)
+            # what the planner sees of the step: each tool call's latency as the replay draws it
+            # where the log recorded none (``sim.loop.observed_step``)
+            stats = compute_stats([observed_step(step, resolve_latencies(step, 0))], step.prompt_tokens, window=1)
             for tp in planner.table.usable_tps:
                 for g in sorted({case.gpus // 4, case.gpus // 2, case.gpus}):
                     m = g // tp
@@ -113,13 +140,13 @@ def main(argv: list[str] | None = None) -> int:
                     layout = BucketLayout((tp,), ())
                     if not dp.feasible(layout):
                         continue
-                    predicted, _, critical = dp.evaluate(layout, [m])
+                    predicted, load, critical = dp.evaluate(layout, [m])
                     insts = tuple(RolloutInstance(i, tp, 0, node=(i * tp) // 8, first_gpu=(i * tp) % 8) for i in range(m))
                     plan = Plan(m * tp, case.gpus - m * tp, TrainConfig(1, 1, 1), insts, (Bucket(0, tp, 0, None),),
                                 predicted_rollout_s=predicted)
                     simulated = simulate(step, plan, costs, 8)
                     row = {"case": case.name, "cluster": f"{case.gpus}x{case.gpu}", "model": case.model, "step": si,
-                           "tp": tp, "instances": m, "predicted_s": round(predicted, 3), "critical_path_s": round(critical, 3),
+                           "tp": tp, "instances": m, "predicted_s": round(predicted, 3), "load_s": round(load, 3), "critical_path_s": round(critical, 3),
                            "simulated_s": round(simulated, 3), "ratio": round(simulated / predicted, 4)}
                     rows.append(row)
                     print(f"{case.name:18s} {row['cluster']:8s} step {si} TP{tp}x{m:<3d} predicted {predicted:7.1f} s  "

@@ -123,6 +123,26 @@ def test_tool_time_tail_is_kept_next_to_the_length_tail() -> None:
     assert st.tail_context == int(step.total_tokens.max())
 
 
+def test_the_trajectory_that_generates_most_is_a_tail_where_tool_returns_make_the_longest() -> None:
+    """The critical path is decode and tool time. Where tool returns make most of the context
+    (InterCode-SQL's result tables), the longest trajectory generates little and the one that
+    generates most is shorter: it is kept as a tail too (the hindsight makespan of one such
+    step was predicted at 54.6 s against 134.1 s simulated, TP 1 on 56 A800)."""
+    trajs = []
+    for i in range(16):
+        if i == 0:  # the longest: one huge tool return, little generation
+            turns = (Turn(50, "sql", 2.0, 20000, "ok"), Turn(50, None, None, 0, None))
+        elif i == 1:  # generates most: many turns, fast tools, short returns
+            turns = tuple(Turn(500, "sql", 0.01, 20, "ok") for _ in range(9)) + (Turn(500, None, None, 0, None),)
+        else:
+            turns = (Turn(100, "sql", 2.0, 200, "ok"), Turn(100, "sql", 2.0, 200, "ok"), Turn(100, None, None, 0, None))
+        trajs.append(Trajectory(f"t{i}", 0, 500, turns, group=f"g{i // 4}"))
+    step = StepArrays.from_trajectories(0, trajs)
+    st = compute_stats([step], step.prompt_tokens)
+    assert st.tail_context == int(step.total_tokens.max())  # the length tail is still there
+    assert st.tail_decode_tokens.sum(1).max() == pytest.approx(5000.0)
+
+
 def test_tail_scenarios_hold_a_rare_timeout_that_the_expected_rank_misses() -> None:
     """One 30 s timeout in 192 trajectories: the longest of the next 64 holds it with
     probability about 1 - (1 - 1/192)^64 = 0.28. The expected-rank tail (the pooled sample's

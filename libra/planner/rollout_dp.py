@@ -40,7 +40,8 @@ The rollout makespan of counts ``m`` is
 
     makespan = max( max_b load_b(m_b),  max_k [tail_tool_s[k] + sum_b tail_b^k(m_b)] )
 
-over the tail trajectories ``k`` (the longest, and the one with the most tool time): a tail
+over the tail trajectories ``k`` (the longest, the one with the most tool time, and the one that
+generates most): a tail
 passes through the buckets one after the other, with its tool calls in between. More
 instances never hurt (one could idle), so ``load_b`` and ``tail_b`` are used as running minima
 over ``m``; both are then non-increasing, so for a fixed count of the first bucket the best count
