@@ -82,3 +82,49 @@ def test_a_split_that_did_not_pay_must_forecast_more_next_time() -> None:
     assert planner.calibration.split_scale() == pytest.approx(1.2, rel=0.05)
     nxt = planner.to_plan(planner.search(steps[:2], steps[2].prompt_tokens, current=plan))
     assert nxt.notes["split_scale"] == pytest.approx(planner.calibration.split_scale())
+
+
+def test_measured_completion_order_replaces_the_length_order_in_the_streamed_price() -> None:
+    """Tool waits do not finish GRPO groups in the order of their lengths: once a step was
+    measured, the streamed loop's mini-batches are ready when its groups completed
+    (``CompletionOrder``), not when the length order says (InterCode-SQL, 24 A800, K=0: a
+    streamed split forecast at 172.7 s a step ran 226.9 s, SIMULATED)."""
+    import numpy as np
+
+    from libra.planner.feedback import CompletionOrder, group_ready_fraction
+    from libra.planner.search import step_time, streaming_step_s
+
+    steps = list(generate_steps("search", 2, 64, 8, 0, max_context=8192))
+    step = steps[0]
+    finals = step.total_tokens.astype(float)
+    # every group's last member finishes at the very end: nothing can stream
+    late = np.full(step.n, 100.0)
+    assert np.allclose(group_ready_fraction(step, late), 1.0)
+    by_length = streaming_step_s(50.0, 20.0, 1.0, finals, 4)
+    assert by_length < step_time("sync", 50.0, 20.0, 1.0)
+    assert streaming_step_s(50.0, 20.0, 1.0, finals, 4, ready_fraction=np.ones(step.n)) == pytest.approx(
+        step_time("sync", 50.0, 20.0, 1.0))
+    # groups complete one after the other: a group's readiness is its last member's finish
+    fin = np.arange(step.n, dtype=float) + 1.0
+    frac = group_ready_fraction(step, fin)
+    for g in set(step.groups):
+        rows = [i for i, x in enumerate(step.groups) if x == g]
+        assert np.allclose(frac[rows], fin[rows].max() / fin.max())
+    order = CompletionOrder(window=2)
+    cl = ClusterSpec(16, "h100", "qwen3-8b", 8, max_context=8192)
+    planner = Planner(cl, options=SearchOptions(max_staleness=0))
+    plan = planner.to_plan(planner.search(steps[:1], steps[1].prompt_tokens))
+    assert not order.record(StepOutcome(0, plan, step, 100.0))  # no finish times: nothing kept
+    assert not order.record(StepOutcome(0, plan, step, 100.0, overlapped=True, finish_s=late))
+    assert order.record(StepOutcome(0, plan, step, 100.0, finish_s=late)) and order.arrays() is not None
+    # the planner prices its streamed loop with what it measured
+    before = planner.search(steps[:1], steps[1].prompt_tokens)
+    hind = planner.hindsight_rollout_s(plan, step)  # measured as predicted: the rollout factor stays 1
+    planner.observe(StepOutcome(0, plan, step, hind, finish_s=late))
+    after = planner.search(steps[:1], steps[1].prompt_tokens)
+    assert planner.calibration.factor(1) == pytest.approx(1.0)
+    streamed = [(b, a) for b, a in zip(before.candidates, after.candidates) if "sync+streaming" in b.mode_step_s]
+    assert streamed
+    for b, a in streamed:  # the same candidates; streaming now overlaps nothing: rollout + training + sync
+        assert a.mode_step_s["sync+streaming"] > b.mode_step_s["sync+streaming"]
+        assert a.mode_step_s["sync+streaming"] == pytest.approx(a.rollout_s + a.train_s + a.sync_s, rel=1e-6)

@@ -63,6 +63,9 @@ class StepOutcome:
     #: the rollout shared its engines with a neighbouring step's (async continuous generation):
     #: its time measures neither rollout alone, so the correction does not learn from it
     overlapped: bool = False
+    #: each trajectory's finish, seconds from the rollout's start, aligned with ``trajectories``
+    #: (None: the backend did not record them); the order groups complete in (``CompletionOrder``)
+    finish_s: np.ndarray | None = None
 
 
 def layout_kind(n_buckets: int) -> int:
@@ -148,3 +151,49 @@ class RolloutCalibration:
         return {"rollout_factor_1": self.factor(1), "rollout_factor_2": self.factor(2),
                 "rollout_ratios_1": len(self._ratios[1]), "rollout_ratios_2": len(self._ratios[2]),
                 "split_scale": self.split_scale(), "split_steps": len(self._split_shortfalls)}
+
+
+def group_ready_fraction(step: StepArrays, finish_s: np.ndarray) -> np.ndarray:
+    """Per trajectory, when its GRPO group was complete (its last member's finish; a trajectory
+    without a group is its own), as a fraction of the rollout's makespan (the last finish)."""
+    fin = np.asarray(finish_s, np.float64)
+    out = fin.copy()
+    by_group: dict[str, list[int]] = {}
+    for i, g in enumerate(step.groups):
+        if g is not None:
+            by_group.setdefault(g, []).append(i)
+    for rows in by_group.values():
+        out[rows] = out[rows].max()
+    top = float(fin.max()) if len(fin) else 0.0
+    return out / top if top > 0 else np.ones_like(out)
+
+
+class CompletionOrder:
+    """When each GRPO group of the recent measured steps completed, as a fraction of its
+    rollout, beside each trajectory's final length: what the streamed loop's price
+    (``search.streaming_step_s``) reads its mini-batches' readiness from once a step was measured.
+
+    Why measured: without it a group is predicted complete at ``rollout * its longest member's
+    length / the longest``, i.e. in the order of lengths, as if a batch drained at a constant
+    per-token rate. Tool waits break that: a short trajectory stuck behind slow calls finishes
+    late, and a long one of fast calls early. On InterCode-SQL (24 A800, K=0) a streamed split was
+    forecast at 172.7 s a step and ran 226.9 s, against 175 s time-shared (SIMULATED). Only
+    rollouts that ran alone are kept (``StepOutcome.overlapped``: the next step's work on the same
+    engines delays every finish)."""
+
+    def __init__(self, window: int = CALIBRATION_WINDOW) -> None:
+        self._steps: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=max(1, int(window)))
+
+    def record(self, outcome: StepOutcome) -> bool:
+        """Keep ``outcome``'s completion order; False when it carries none (or overlapped)."""
+        step, fin = outcome.trajectories, outcome.finish_s
+        if outcome.overlapped or fin is None or len(fin) != step.n or not step.n or not np.all(np.isfinite(fin)):
+            return False
+        self._steps.append((step.total_tokens.astype(np.float64), group_ready_fraction(step, fin)))
+        return True
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(final lengths, group ready fractions)`` pooled over the kept steps; None before any."""
+        if not self._steps:
+            return None
+        return (np.concatenate([f for f, _ in self._steps]), np.concatenate([r for _, r in self._steps]))

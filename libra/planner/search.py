@@ -83,7 +83,7 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, pp_degrees, valid_tp_degrees
 from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_strategies, memory_report, report_line, training_time_fn
-from libra.planner.feedback import RolloutCalibration, RolloutCorrection, StepOutcome
+from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
 from libra.planner.settle import best_knobs
@@ -157,7 +157,7 @@ def rollout_factors(sigma: float) -> np.ndarray:
 def expected_step_s(mode: LoopMode, streaming: bool, rollout_s: float, train_s: float, sync_s: float,
                     final_context: np.ndarray, mini_batches: int, sigma: float = ROLLOUT_SIGMA,
                     ready_context: np.ndarray | None = None, load_s: float | None = None, staleness: int = 1,
-                    cohort_s: float | None = None) -> float:
+                    cohort_s: float | None = None, ready_fraction: np.ndarray | None = None) -> float:
     """The step time of a loop averaged over an uncertain rollout (``ROLLOUT_SIGMA``): what the
     search ranks by. ``sigma`` 0 gives the prediction itself (``step_time``/``streaming_step_s``).
     The async loop's throughput term (``load_s``) scales with the rollout."""
@@ -165,7 +165,7 @@ def expected_step_s(mode: LoopMode, streaming: bool, rollout_s: float, train_s: 
     for f in rollout_factors(sigma):
         r = rollout_s * f
         if streaming:
-            out.append(streaming_step_s(float(r), train_s, sync_s, final_context, mini_batches, ready_context))
+            out.append(streaming_step_s(float(r), train_s, sync_s, final_context, mini_batches, ready_context, ready_fraction))
         else:
             out.append(step_time(mode, float(r), train_s, sync_s, None if load_s is None else float(load_s * f), staleness,
                                  None if cohort_s is None else float(cohort_s * f)))
@@ -413,7 +413,7 @@ def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float, l
 
 
 def streaming_step_s(rollout_s: float, train_s: float, sync_s: float, final_context: np.ndarray, mini_batches: int,
-                     ready_context: np.ndarray | None = None) -> float:
+                     ready_context: np.ndarray | None = None, ready_fraction: np.ndarray | None = None) -> float:
     """Predicted step of sync + streaming (see the module docstring). A trajectory's data can be
     trained once its GRPO group is complete: at ``rollout_s * ready / the longest``, where
     ``ready`` is ``ready_context`` (its group's longest final length, aligned with
@@ -426,12 +426,21 @@ def streaming_step_s(rollout_s: float, train_s: float, sync_s: float, final_cont
     mini-batches from whole groups, as GRPO must (the advantage needs the group). Priced per
     trajectory, the first of four mini-batches was forecast ready at 0.26-0.39 of the rollout
     where the replay had its groups complete at 0.56-0.78 (search-drift, group 6, 32 A100;
-    SIMULATED), and the planner kept a streamed split 18% slower than the time-shared plan."""
+    SIMULATED), and the planner kept a streamed split 18% slower than the time-shared plan.
+
+    ``ready_fraction`` (aligned with ``final_context``): when each trajectory's group was
+    complete in measured steps, as a fraction of their rollouts (``feedback.CompletionOrder``);
+    given, it replaces the length order (tool waits do not finish groups in the order of their
+    lengths)."""
     fc = np.asarray(final_context, dtype=np.float64)
     m_total = max(1, int(mini_batches))
     if len(fc) == 0 or m_total == 1 or fc.max() <= 0:
         return rollout_s + train_s + sync_s
-    ready = fc if ready_context is None or len(ready_context) != len(fc) else np.maximum(np.asarray(ready_context, np.float64), fc)
+    if ready_fraction is not None and len(ready_fraction) == len(fc):
+        ready = np.clip(np.asarray(ready_fraction, np.float64), 0.0, 1.0)
+        ready = ready / ready.max() if ready.max() > 0 else np.ones_like(ready)
+    else:
+        ready = fc if ready_context is None or len(ready_context) != len(fc) else np.maximum(np.asarray(ready_context, np.float64), fc)
     order = np.lexsort((fc, ready))  # by when the data is ready, then by length
     fc, ready = fc[order], ready[order]
     n = len(fc)
@@ -558,6 +567,7 @@ class Planner:
         self._dps: dict[str, RolloutDP] = {}
         self._seq_max_seen = 0  # the longest training sequence of any measured step planned from (``search``)
         self.calibration = RolloutCalibration()  # measured / predicted rollouts of the steps run (``observe``)
+        self.completion = CompletionOrder(self.options.window)  # when measured steps' groups completed (``observe``)
 
     def amortize_over(self, done: int) -> float:
         """Steps a plan change is paid over: ``amortize_steps``, or fewer when a run of known
@@ -592,6 +602,7 @@ class Planner:
         kept per layout kind; later searches scale their rollout predictions by it. Returns the
         ratio kept (None: unusable, e.g. no rollout measured, or one that shared its engines with
         another step's, ``StepOutcome.overlapped``)."""
+        self.completion.record(outcome)
         if outcome.overlapped:
             return None
         plan, step = outcome.plan, outcome.trajectories
@@ -889,6 +900,13 @@ class Planner:
         overlap = any(m == "async" or st for m, st in loops)  # a loop where training may hide under the rollout
         finals = stats.final_context
         ready = stats.group_final_context  # when each trajectory's group is complete (streamed mini-batches)
+        # once steps were measured, when their groups completed (``CompletionOrder``), with
+        # their own lengths for the mini-batches' token shares; from a prior, the length order
+        measured = None if stats.from_prior else self.completion.arrays()
+        ready_fraction = None
+        if measured is not None:
+            finals, ready_fraction = measured
+            ready = None
         sigma = self.options.rollout_sigma
         factors = rollout_factors(sigma)
         correction = self.calibration.correction()  # measured factors per layout kind; how far splits' gains were overstated
@@ -921,13 +939,13 @@ class Planner:
             per_loop: dict[str, float] = {}
             for mode, streaming in loops:
                 if streaming:
-                    base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches, ready)
+                    base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches, ready, ready_fraction)
                 else:
                     base = step_time(mode, ro_s, train_s, sync, load_s, k, cohort_s)
                 robust = float(np.mean([
                     expected_step_s(mode, streaming, float(r) * split_margin, train_s, sync, finals, self.options.mini_batches, sigma,
                                     ready, None if load_s is None else load_s * split_margin, k,
-                                    None if cohort_s is None else float(co) * split_margin)
+                                    None if cohort_s is None else float(co) * split_margin, ready_fraction)
                     for r, co in zip(tails_s, tails_cohort)]))
                 if mode == "async" and left is not None:
                     # the pipeline's fill (``left`` above): R async steps from a standing start

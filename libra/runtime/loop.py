@@ -336,7 +336,10 @@ class Runner:
         self.history.append(StepArrays.from_trajectories(step, trajs))
         observe = getattr(policy, "observe", None)
         if observe is not None:
-            observe(StepOutcome(step, plan, self.history[-1], float(ro.makespan_s)))
+            # with each trajectory's finish: the order its GRPO groups completed in prices the
+            # streamed loop (``libra.planner.feedback.CompletionOrder``)
+            fin = np.array([ro.finish_s.get(e.traj_id, np.nan) for e in eps], np.float64)
+            observe(StepOutcome(step, plan, self.history[-1], float(ro.makespan_s), finish_s=fin if np.isfinite(fin).all() else None))
         if streamer is None:  # a complete batch: the policy settles its training knobs for it (libra.planner.settle)
             plan = self._settle(policy, plan, step)
         info = {"plan": plan, "eps": eps, "ro": ro, "rewards": rewards, "trajs": trajs, "plan_s": plan_s, "setup_s": setup_s,

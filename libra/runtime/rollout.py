@@ -146,6 +146,7 @@ class Rollout:
     # ---- events ------------------------------------------------------------------------------
     def _finish(self, ep: Episode) -> None:
         self.unfinished -= 1
+        self.res.finish_s[ep.traj_id] = self._now()
         where = self.q.where
         self.sched.on_finish(self._obs(ep, where.get(ep.traj_id), self.bucket_of.get(ep.traj_id)))
         inst = self.inst[where[ep.traj_id]]

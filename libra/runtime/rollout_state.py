@@ -49,6 +49,8 @@ class RolloutResult:
     pool_consulted_training: int = 0  # of those, with training running (streamed mini-batches)
     lend_declined: int = 0  # role changes the trainer could not take (no helpers on its backend)
     admitted_by_bucket: dict[int, int] = field(default_factory=dict)  # the scheduler's admissions
+    #: each trajectory's finish, seconds from the stage's start (the planner's ``CompletionOrder``)
+    finish_s: dict[str, float] = field(default_factory=dict)
     routed: int = 0  # routing decisions at tool-call starts and returns (``on_tool_return``)
     rerouted: int = 0  # of those, to another bucket
     pulled: int = 0  # queued trajectories an idle instance took from another's queue (``next_for``)
