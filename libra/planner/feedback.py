@@ -40,6 +40,7 @@ import numpy as np
 
 from libra.planner.plan import Plan
 from libra.planner.rollout_dp import HETERO_MARGIN
+from libra.planner.stats import group_longest
 from libra.trace.columnar import StepArrays
 
 #: How many recent ratios per layout kind the median is taken over.
@@ -179,7 +180,8 @@ class CompletionOrder:
     late, and a long one of fast calls early. On InterCode-SQL (24 A800, K=0) a streamed split was
     forecast at 172.7 s a step and ran 226.9 s, against 175 s time-shared (SIMULATED). Only
     rollouts that ran alone are kept (``StepOutcome.overlapped``: the next step's work on the same
-    engines delays every finish)."""
+    engines delays every finish). A group is never taken as ready earlier than the length order
+    says (``record``)."""
 
     def __init__(self, window: int = CALIBRATION_WINDOW) -> None:
         self._steps: deque[tuple[np.ndarray, np.ndarray]] = deque(maxlen=max(1, int(window)))
@@ -189,7 +191,13 @@ class CompletionOrder:
         step, fin = outcome.trajectories, outcome.finish_s
         if outcome.overlapped or fin is None or len(fin) != step.n or not step.n or not np.all(np.isfinite(fin)):
             return False
-        self._steps.append((step.total_tokens.astype(np.float64), group_ready_fraction(step, fin)))
+        # never earlier than the length order says: a layout with fewer instances than the one
+        # measured drains its queue at a constant rate, as the length order assumes (Search-R1
+        # steps 45-49 on 32 H200, K=0: the measured order alone, taken from time-shared steps on
+        # 8 TP-4 instances, priced a streamed 8:24 split at 89.4 s that ran 104.9 s, SIMULATED)
+        finals = step.total_tokens.astype(np.float64)
+        by_length = group_longest(step).astype(np.float64) / max(float(finals.max()), 1.0)
+        self._steps.append((finals, np.maximum(group_ready_fraction(step, fin), by_length)))
         return True
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray] | None:
