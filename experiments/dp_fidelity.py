@@ -19,7 +19,24 @@ run with this script copied into a checkout of it):
 | commit 373b7e5 (the tail at the average instance's batch) | 1.061 | 10.2% | 0.100 | 0.882..1.468 |
 | + the tail's own instance's batch | 1.054 | 9.3% | 0.093 | 0.921..1.468 |
 | + the others' prefill in the tail's iterations | 1.031 | 7.2% | 0.079 | 0.886..1.421 |
-| + the step's start: first turns together, after the prompts (session 13, current) | 1.012 | 5.3% | 0.068 | 0.877..1.332 |
+| + the step's start: first turns together, after the prompts (session 13) | 1.012 | 5.3% | 0.068 | 0.877..1.332 |
+| + the trajectory that generates most as a third tail (session 19, current) | 1.000 | 5.7% | 0.079 | 0.790..1.332 |
+
+Session 19 added `--logs`: eight converted public logs (``LOG_CASES``; each replayed in an earlier
+held-out grid), 119 more layouts, their steps' tool latencies as the replay draws them where the
+log has none. Over all 236 layouts (2 cores, ~45 s):
+
+| DP load model | median | mean abs. error | log-sd | range |
+| --- | ---: | ---: | ---: | ---: |
+| session 13's | 1.017 | 10.6% | 0.158 | 0.744..2.455 |
+| + the third tail (session 19, current) | 1.000 | 4.3% | 0.067 | 0.744..1.332 |
+
+The logs' error was the tail: where tool returns make most of the context (InterCode-SQL 1.49x
+median, tau-bench airline 1.23x) the longest trajectory generates little and the one that
+decodes longest was no tail (now 0.98x and 1.00x). On the generated workloads alone the third
+tail over-predicts Search-R1-like steps by 5-10% where their critical path and load are close
+(search-long-large 0.987 -> 0.951 median, search-drift 1.009 -> 0.972): the median is what the
+planner's measured feedback corrects, the spread is not.
 
 The residual is largest where the critical path binds on a loaded instance (Search-R1 steps 14
 and 20 on 48 A800: 1.1-1.4x, more with fewer instances); the likely cause, not verified, is that
