@@ -280,6 +280,7 @@ class DecisionTree:
         self.gpus_per_node = gpus_per_node
         self.kl = kl
         self._cache: dict[tuple[int, int, int, int], TreeResult] = {}
+        self._full: dict[tuple[int, int, int, int], TreeResult] = {}
         self.hits = 0
         self.misses = 0
 
@@ -300,6 +301,21 @@ class DecisionTree:
             return seen
         cap = int(-(-declared // 256) * 256)
         return cap if self.best(n_gpus, tokens, seq_len, cap).best is not None else seen
+
+    def every_leaf(self, n_gpus: int, tokens: int, seq_len: int, seq_len_memory: int) -> TreeResult:
+        """Every fitting, undominated leaf fully evaluated and ranked by training time (no
+        branch and bound; memoized): for a choice that adds a cost depending on the strategy to
+        its training time (a time-shared plan's stage switches, ``Planner._colocated``), where
+        the bound would cut a leaf that is slower to train but cheaper to switch."""
+        key = (n_gpus, tokens, seq_len, seq_len_memory)
+        hit = self._full.get(key)
+        if hit is None:
+            sequences = max(1, tokens // max(seq_len, 1))
+            hit = self._full[key] = enumerate_strategies(
+                self.ev, n_gpus, sequences, seq_len_memory, self.gpus_per_node, training_time_fn(self.costs, tokens, seq_len, self.kl),
+                bound=False,
+            )
+        return hit
 
     def best(self, n_gpus: int, tokens: int, seq_len: int, seq_len_memory: int, budget_s: float = float("inf")) -> TreeResult:
         """The tree for ``n_gpus`` for a step of ``tokens`` tokens; leaves no faster than
