@@ -135,16 +135,18 @@ class Chooser:
             f"({res.why_none() if not res.ranked else 'these tp x pp fit: ' + ', '.join(f'{a}x{b}' for a, b in fits)})"
         )
 
-    def train_alternatives(self, n_gpus: int, tokens: int, seq_len: int, seq_max: int, k: int = 16) -> list[tuple[TrainConfig, float]]:
-        """The ``k`` fastest training strategies (with their times) the tree ranks on ``n_gpus``
+    def train_alternatives(self, n_gpus: int, tokens: int, seq_len: int, seq_max: int) -> list[tuple[TrainConfig, float]]:
+        """Every fitting training strategy (with its time) the tree ranks on ``n_gpus``, unbounded
         (the pinned one alone when training is pinned): a time-shared plan picks among them by
         training plus stage switches, since a strategy that trains faster may offload and reload
-        far more state at every switch."""
+        far more state at every switch. Unbounded because the tree's branch and bound cuts the
+        leaves slower to train, which may be the cheapest to switch (Libra's planner takes the
+        same list, ``Planner._colocated``)."""
         if self.options.pinned_training:
             one = self.train_config(n_gpus, tokens, seq_len, seq_max)
             return [one] if one is not None else []
-        res = self.tree.best(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))
-        return [(cfg, t) for t, cfg in res.ranked[:k]]
+        res = self.tree.every_leaf(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))
+        return [(cfg, t) for t, cfg in res.ranked]
 
     def no_fit_message(self, n_gpus: int, tokens: int, seq_len: int, seq_max: int) -> str:
         res = self.tree.best(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))
