@@ -16,7 +16,8 @@ From the last ``window`` completed steps (``history``) and the upcoming step's p
   latency is that quantile of pooled tool time (a short trajectory stuck in a 30 s
   tool timeout can be the critical path), and the one whose generated tokens are that quantile
   of pooled generation (where tool returns make most of the context, the longest trajectory
-  is not the one that decodes longest); plus each one's total tool latency.
+  is not the one that decodes longest; measured steps only, ``generation_tail``); plus each
+  one's total tool latency.
 
 Everything is scaled to the upcoming step's trajectory count (``len(prompt_tokens)``): history
 steps are averaged per trajectory. When there is no history (first step, or ``libra-sim plan``
