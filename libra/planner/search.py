@@ -34,7 +34,9 @@ split or leaf is provably no better than the incumbent. For each visited ``n_tra
     trajectories have finished, each costing its share of the step's trained tokens; a group is
     predicted to finish at ``rollout_s * its longest member's length / longest`` (a batch drains
     at a roughly constant per-token rate), from the statistics' pooled final lengths and their
-    groups' longest (``WorkloadStats.group_final_context``). The last mini-batch
+    groups' longest (``WorkloadStats.group_final_context``); once steps were measured, at the
+    fraction of the rollout their groups completed at (``feedback.CompletionOrder``), never
+    earlier than the length order. The last mini-batch
     waits for the rollout's end, so the step is ``rollout_s`` + the training tail after the
     last group + ``sync_s`` when training keeps up, and longer when it does not. Still
     on-policy (the rollout weights stay at the step's version until the sync);
