@@ -40,7 +40,7 @@ import numpy as np
 
 from libra.planner.plan import Plan
 from libra.planner.rollout_dp import HETERO_MARGIN
-from libra.planner.stats import group_longest
+from libra.planner.stats import group_longest, group_max
 from libra.trace.columnar import StepArrays
 
 #: How many recent ratios per layout kind the median is taken over.
@@ -158,13 +158,7 @@ def group_ready_fraction(step: StepArrays, finish_s: np.ndarray) -> np.ndarray:
     """Per trajectory, when its GRPO group was complete (its last member's finish; a trajectory
     without a group is its own), as a fraction of the rollout's makespan (the last finish)."""
     fin = np.asarray(finish_s, np.float64)
-    out = fin.copy()
-    by_group: dict[str, list[int]] = {}
-    for i, g in enumerate(step.groups):
-        if g is not None:
-            by_group.setdefault(g, []).append(i)
-    for rows in by_group.values():
-        out[rows] = out[rows].max()
+    out = group_max(step, fin)
     top = float(fin.max()) if len(fin) else 0.0
     return out / top if top > 0 else np.ones_like(out)
 

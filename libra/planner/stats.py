@@ -171,10 +171,11 @@ def _latencies(step: StepArrays) -> np.ndarray:
     return lat
 
 
-def group_longest(step: StepArrays) -> np.ndarray:
-    """Per trajectory, the final length of the longest trajectory of its GRPO group (a
-    trajectory without a group is its own): when its group's data is complete."""
-    out = step.total_tokens.astype(np.int64).copy()
+def group_max(step: StepArrays, values: np.ndarray) -> np.ndarray:
+    """Per trajectory, the largest of ``values`` (aligned with the step's trajectories) over its
+    GRPO group (a trajectory without a group is its own): a group is complete with its last
+    member, whether measured by length or by finish time."""
+    out = np.array(values, copy=True)
     by_group: dict[str, list[int]] = {}
     for i, g in enumerate(step.groups):
         if g is not None:
@@ -182,6 +183,12 @@ def group_longest(step: StepArrays) -> np.ndarray:
     for rows in by_group.values():
         out[rows] = out[rows].max()
     return out
+
+
+def group_longest(step: StepArrays) -> np.ndarray:
+    """Per trajectory, the final length of the longest trajectory of its GRPO group: when its
+    group's data is complete, in the length order."""
+    return group_max(step, step.total_tokens.astype(np.int64))
 
 
 def tail_index(values: np.ndarray) -> float:
