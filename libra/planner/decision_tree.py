@@ -310,12 +310,15 @@ class DecisionTree:
         key = (n_gpus, tokens, seq_len, seq_len_memory)
         hit = self._full.get(key)
         if hit is None:
-            sequences = max(1, tokens // max(seq_len, 1))
-            hit = self._full[key] = enumerate_strategies(
-                self.ev, n_gpus, sequences, seq_len_memory, self.gpus_per_node, training_time_fn(self.costs, tokens, seq_len, self.kl),
-                bound=False,
-            )
+            hit = self._full[key] = self._walk(n_gpus, tokens, seq_len, seq_len_memory, bound=False)
         return hit
+
+    def _walk(self, n_gpus: int, tokens: int, seq_len: int, seq_len_memory: int, budget_s: float = float("inf"),
+              bound: bool = True) -> TreeResult:
+        """One walk of the tree for a step of ``tokens`` tokens (``enumerate_strategies``)."""
+        sequences = max(1, tokens // max(seq_len, 1))
+        return enumerate_strategies(self.ev, n_gpus, sequences, seq_len_memory, self.gpus_per_node,
+                                    training_time_fn(self.costs, tokens, seq_len, self.kl), budget_s=budget_s, bound=bound)
 
     def best(self, n_gpus: int, tokens: int, seq_len: int, seq_len_memory: int, budget_s: float = float("inf")) -> TreeResult:
         """The tree for ``n_gpus`` for a step of ``tokens`` tokens; leaves no faster than
@@ -327,10 +330,6 @@ class DecisionTree:
             self.hits += 1
             return hit
         self.misses += 1
-        sequences = max(1, tokens // max(seq_len, 1))
-        res = enumerate_strategies(
-            self.ev, n_gpus, sequences, seq_len_memory, self.gpus_per_node, training_time_fn(self.costs, tokens, seq_len, self.kl),
-            budget_s=budget_s,
-        )
+        res = self._walk(n_gpus, tokens, seq_len, seq_len_memory, budget_s=budget_s)
         self._cache[key] = res
         return res

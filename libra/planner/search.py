@@ -1168,7 +1168,6 @@ class Planner:
             # the bundled math trace's steps 30-34, 148 s a step against 137 s, SIMULATED)
             tree = self.tree.every_leaf(n_train, tokens, seq, seq_max)
             if tree.best is None:
-                self.tree.best(n_train, tokens, seq, seq_max)  # its memo for the why-nothing-fits report
                 return None
             priced = [(t + self.step_costs.colocated_overhead_s(c, ro.instances), t, c) for t, c in tree.ranked]
             total, train_time, cfg = min(priced, key=lambda x: x[0])
