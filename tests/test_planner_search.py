@@ -428,13 +428,12 @@ def test_async_candidates_are_ranked_by_the_expected_step_not_the_cliff() -> Non
     assert a == pytest.approx(10.0 * float(rollout_factors(0.3).mean()) + 6.0)
 
 
-def test_async_pipeline_fill_is_paid_over_a_known_run_length() -> None:
+def test_async_pipeline_is_priced_as_the_run_it_starts_over_a_known_run_length() -> None:
     # the first async step overlaps nothing (rollout, then training): over an 8-step run the
     # planner that ignored it gave training 4 of 32 H100s (hidden in the steady state, 108 s in
-    # step 0) and lost 4% to a fixed 24:8 split (swe, Qwen3-14B, K=1, SIMULATED). Since the DP
-    # prices the tail's own batch, both plan 24:8 there; on a search step, 64 H100s, the fill
-    # still moves training GPUs (8 -> 16 of 64). Since training is priced as RL frameworks run it
-    # (issue 17), Qwen3-14B already gives training 16 without the fill; Qwen3-8B shows it (8 -> 16)
+    # step 0) and lost 4% to a fixed 24:8 split (swe, Qwen3-14B, K=1, SIMULATED). Since session 20
+    # the whole run from a standing start is priced (``async_run_s``: waves of K + 1 steps sharing
+    # the engines, the last one partial), fill and drain included
     from libra.trace.workload import generate_steps
 
     steps = list(generate_steps("search", 2, 128, 8, 0, max_context=8192))
@@ -445,21 +444,38 @@ def test_async_pipeline_fill_is_paid_over_a_known_run_length() -> None:
 
     unknown, short = best(None), best(8)
     assert unknown.mode == short.mode == "async"
-    # the fill (min(rollout, train + sync) / steps left) makes training's share pay; since the async
-    # step is priced as continuous generation (issue 17: throughput, train + sync, the staleness
-    # cycle) training already gets 28 of 64 GPUs without it here, and the fill keeps that
     assert short.n_train >= unknown.n_train
-    fill = min(short.rollout_s, short.train_s + short.sync_s) / 7  # 8 steps, one done
     f = short.rollout_factor
     steady = step_time("async", short.rollout_s, short.train_s, short.sync_s, short.rollout.throughput_s * f, 1, short.cohort_s * f)
-    assert short.step_s == pytest.approx(steady + fill + short.transition_s / 4)
-    # once the pipeline runs, the fill is sunk: a plan in force that is async pays none
+    run = step_time("async", short.rollout_s, short.train_s, short.sync_s, short.rollout.throughput_s * f, 1, short.cohort_s * f, 7)
+    assert run > steady  # 7 steps left (one done): the fill and the drain cost more than the steady state
+    assert short.step_s == pytest.approx(run + short.transition_s / 4)
+    # once the pipeline runs, the fill is sunk: a plan in force that is async is priced at its steady state
     running = Planner(cl, options=SearchOptions(max_staleness=1, run_steps=8))
     first = running.to_plan(running.search(steps[:1], steps[1].prompt_tokens))
     again = running.search(steps[:1], steps[1].prompt_tokens, current=first).best
     f = again.rollout_factor
     steady = step_time("async", again.rollout_s, again.train_s, again.sync_s, again.rollout.throughput_s * f, 1, again.cohort_s * f)
     assert again.step_s == pytest.approx(steady + again.transition_s / 4)
+
+
+def test_async_run_follows_the_simulators_admission_rule_in_waves_of_k_plus_one() -> None:
+    from libra.planner.search import async_run_s
+
+    # K = 2, 4 steps, rollout alone 150 s, three together 210 s, train + sync 20 s, no load bound:
+    # steps 0-2 start together and drain at 210; trainings end 230, 250, 270; step 3 is admitted
+    # when step 0's sync lands (230) and runs alone to 380, trains to 400
+    assert async_run_s(150.0, 20.0, 1.0, 210.0, 2, 4) * 4 == pytest.approx(400.0)
+    # a wave of two of K = 2 drains halfway from alone to the full cohort: steps 3-4 admitted at
+    # 230 and 250 drain by max(230 + 180, 250 + 150) = 410, train to 430 and 450
+    assert async_run_s(150.0, 20.0, 1.0, 210.0, 2, 5) * 5 == pytest.approx(450.0)
+    # the engines' pace bounds a wave: three steps of 100 s work each at full batches
+    assert async_run_s(150.0, 20.0, 100.0, 210.0, 2, 3) * 3 == pytest.approx(300.0 + 60.0)
+    # the long run tends to the steady state (the staleness cycle here)
+    long_run = async_run_s(150.0, 20.0, 1.0, 210.0, 2, 3000)
+    assert long_run == pytest.approx(step_time("async", 150.0, 15.0, 5.0, 1.0, 2, 210.0), rel=0.01)
+    # and a chain-bound pipeline to train + sync a step
+    assert async_run_s(10.0, 50.0, 1.0, 12.0, 1, 3000) == pytest.approx(50.0, rel=0.01)
 
 
 def test_near_async_ties_go_to_the_best_ranked_and_sync_ties_to_training() -> None:

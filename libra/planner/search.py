@@ -46,7 +46,9 @@ split or leaf is provably no better than the incumbent. For each visited ``n_tra
     j-1 are done): ``max(throughput_s, train_s + sync_s, (cohort_s + train_s + sync_s) / (K + 1))``
     (``step_time``): the engines' pace at full batches, the training-plus-sync chain, or the
     staleness cycle of K + 1 rollouts sharing the engines (``cohort_s``, predicted on K + 1
-    times the trajectories) and the first one's training and sync.
+    times the trajectories) and the first one's training and sync. A pipeline that is not running
+    yet, over a run of known length, is priced as the run it starts (``async_run_s``: fill,
+    waves of K + 1 steps sharing the engines, the partial last wave and the drain).
 
   Ties go to the mode with less staleness (sync, then streaming, then async). ``SearchOptions``
   ``mode``/``streaming`` pin the mode instead (``libra-sim replay --mode/--streaming``; asking
@@ -159,10 +161,12 @@ def rollout_factors(sigma: float) -> np.ndarray:
 def expected_step_s(mode: LoopMode, streaming: bool, rollout_s: float, train_s: float, sync_s: float,
                     final_context: np.ndarray, mini_batches: int, sigma: float = ROLLOUT_SIGMA,
                     ready_context: np.ndarray | None = None, load_s: float | None = None, staleness: int = 1,
-                    cohort_s: float | None = None, ready_fraction: np.ndarray | None = None) -> float:
+                    cohort_s: float | None = None, ready_fraction: np.ndarray | None = None,
+                    run_steps: int | None = None) -> float:
     """The step time of a loop averaged over an uncertain rollout (``ROLLOUT_SIGMA``): what the
     search ranks by. ``sigma`` 0 gives the prediction itself (``step_time``/``streaming_step_s``).
-    The async loop's throughput term (``load_s``) scales with the rollout."""
+    The async loop's throughput term (``load_s``) scales with the rollout; ``run_steps``: as
+    ``step_time``'s."""
     out = []
     for f in rollout_factors(sigma):
         r = rollout_s * f
@@ -170,7 +174,7 @@ def expected_step_s(mode: LoopMode, streaming: bool, rollout_s: float, train_s: 
             out.append(streaming_step_s(float(r), train_s, sync_s, final_context, mini_batches, ready_context, ready_fraction))
         else:
             out.append(step_time(mode, float(r), train_s, sync_s, None if load_s is None else float(load_s * f), staleness,
-                                 None if cohort_s is None else float(cohort_s * f)))
+                                 None if cohort_s is None else float(cohort_s * f), run_steps))
     return float(np.mean(out))
 
 
@@ -398,20 +402,61 @@ def loop_name(mode: str, streaming: bool) -> str:
 
 
 def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float, load_s: float | None = None,
-              staleness: int = 1, cohort_s: float | None = None) -> float:
+              staleness: int = 1, cohort_s: float | None = None, run_steps: int | None = None) -> float:
     """Predicted step time of the plain loops (see the module docstring): sync adds the stages;
     async generates continuously (``sim.engines``) and is the slowest of three paces: the
     engines' throughput (``load_s``, the step's work at full batches), the training-plus-sync
     chain, and the staleness cycle: ``staleness`` + 1 steps whose rollouts share the engines
     (``cohort_s``, their makespan together; at least ``rollout_s``) and then the first one's
     training and sync, before the gate lets the next cycle start. Without ``load_s``/``cohort_s``
-    the rollout's makespan stands in for them (the batch-per-step loop)."""
+    the rollout's makespan stands in for them (the batch-per-step loop). ``run_steps``: an async
+    pipeline that starts now and runs that many steps to the end of the run, priced as the mean
+    step of that run, fill and drain included (``async_run_s``); None: the steady state."""
     if mode == "async":
         chain = train_s + sync_s
         load = rollout_s if load_s is None else min(load_s, rollout_s)
         cohort = rollout_s if cohort_s is None or cohort_s != cohort_s else max(cohort_s, rollout_s)
+        if run_steps is not None:
+            return async_run_s(rollout_s, chain, load, cohort, staleness, run_steps)
         return max(load, chain, (cohort + chain) / (max(1, staleness) + 1))
     return rollout_s + train_s + sync_s
+
+
+def async_run_s(rollout_s: float, chain_s: float, load_s: float, cohort_s: float, staleness: int, steps: int) -> float:
+    """The mean step of an async pipeline of ``steps`` steps from a standing start to the run's
+    end, by the simulator's admission rules (``sim.engines``/``sim.loop``): step j's prompts join
+    the engines once step j - 1 - K's weights are synced (steps 0..K at once), training j starts
+    when rollout j and the sync of j - 1 are done (``chain_s`` = train + sync each).
+
+    The steps run in waves of up to K + 1 that share the engines: a wave of m steps drains in
+    ``rollout_s`` (one step alone) plus (m - 1) / K of the way to ``cohort_s`` (K + 1 steps
+    together), at least m times ``load_s`` (the engines' pace at full batches); a step admitted
+    later than its wave's first ends no earlier than its own admission plus ``rollout_s``. The
+    next wave starts as its first predecessor's sync lands. As ``steps`` grows this tends to the
+    steady state ``step_time`` prices; over a short run the last wave is a partial one (fewer
+    steps, a shorter drain) and the trainings of the last wave run after it.
+
+    Why: the steady state plus a one-step fill priced an async pipeline of 4 steps at K = 2 as
+    4 x 73 + 17 s; the simulator ran it as steps 0-2 sharing the engines (215 s) and step 3 alone
+    (179 s), 432 s, and the hindsight split whose single step drains faster (TP 8) ran 411 s
+    (held_out_28 math-yy/gb200-40-32b/K2, 0.953x, SIMULATED)."""
+    k = max(1, int(staleness))
+    n = max(1, int(steps))
+    admit = [0.0] * n
+    done = [0.0] * n
+    prev_done = 0.0
+    first = 0
+    while first < n:
+        m = min(k + 1, n - first)
+        for j in range(first, first + m):
+            admit[j] = 0.0 if j <= k else done[j - 1 - k]
+        wave_s = max(rollout_s + (cohort_s - rollout_s) * (m - 1) / k, m * load_s)
+        for i, j in enumerate(range(first, first + m)):
+            end = max(admit[first] + wave_s, admit[j] + rollout_s, admit[first] + (i + 1) * load_s)
+            done[j] = max(end, prev_done) + chain_s
+            prev_done = done[j]
+        first += m
+    return done[-1] / n
 
 
 def streaming_step_s(rollout_s: float, train_s: float, sync_s: float, final_context: np.ndarray, mini_batches: int,
@@ -912,9 +957,9 @@ class Planner:
         sigma = self.options.rollout_sigma
         factors = rollout_factors(sigma)
         correction = self.calibration.correction()  # measured factors per layout kind; how far splits' gains were overstated
-        # an async pipeline not yet running pays its fill: its first step overlaps nothing
-        # (rollout, then training); over a run of known length that is min(rollout, train + sync)
-        # spread over the steps left. Once it runs, every loop pays the last step's drain alike.
+        # an async pipeline not yet running is priced as the run it starts: its steps left from a
+        # standing start, fill and drain included (``async_run_s``), when the run's length is
+        # known. Once it runs, it is priced at its steady state.
         filling = current is None or current.mode != "async"
         amortize = self.amortize_over(len(history))
         left = None if self.options.run_steps is None or not filling else max(1, int(self.options.run_steps) - len(history))
@@ -943,17 +988,12 @@ class Planner:
                 if streaming:
                     base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches, ready, ready_fraction)
                 else:
-                    base = step_time(mode, ro_s, train_s, sync, load_s, k, cohort_s)
+                    base = step_time(mode, ro_s, train_s, sync, load_s, k, cohort_s, left)
                 robust = float(np.mean([
                     expected_step_s(mode, streaming, float(r) * split_margin, train_s, sync, finals, self.options.mini_batches, sigma,
                                     ready, None if load_s is None else load_s * split_margin, k,
-                                    None if cohort_s is None else float(co) * split_margin, ready_fraction)
+                                    None if cohort_s is None else float(co) * split_margin, ready_fraction, left)
                     for r, co in zip(tails_s, tails_cohort)]))
-                if mode == "async" and left is not None:
-                    # the pipeline's fill (``left`` above): R async steps from a standing start
-                    # take about R x max(rollout, train + sync) + min(rollout, train + sync)
-                    fill = min(ro_s, train_s + sync) / left
-                    base, robust = base + fill, robust + fill
                 per_loop[loop_name(mode, streaming)] = float(base)
                 trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances, mode) + leave_async_s(current, mode)
                 st = base + trans / amortize
