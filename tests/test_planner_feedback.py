@@ -128,3 +128,32 @@ def test_measured_completion_order_replaces_the_length_order_in_the_streamed_pri
     for b, a in streamed:  # the same candidates; streaming now overlaps nothing: rollout + training + sync
         assert a.mode_step_s["sync+streaming"] > b.mode_step_s["sync+streaming"]
         assert a.mode_step_s["sync+streaming"] == pytest.approx(a.rollout_s + a.train_s + a.sync_s, rel=1e-6)
+
+
+def test_async_steps_that_shared_their_engines_scale_the_staleness_cycle() -> None:
+    """A rollout that shared its engines teaches the per-layout factors nothing, but its span over
+    the model's staleness cycle fed its own trajectories (``Planner.hindsight_cycle_s``) scales the
+    next searches' cycle and engine pace (``RolloutCalibration.pipelined_factor``)."""
+    cal = RolloutCalibration(window=3)
+    assert cal.pipelined_factor() == 1.0
+    assert cal.record_pipelined(130.0, 100.0) == pytest.approx(1.3)
+    assert cal.factor(1) == 1.0  # the per-layout factors are untouched
+    assert cal.record_pipelined(0.0, 100.0) is None
+
+    steps = list(generate_steps("search", 3, 128, 8, 0, max_context=8192))
+    cl = ClusterSpec(32, "h100", "qwen3-8b", 8, max_context=8192)
+    planner = Planner(cl, options=SearchOptions(max_staleness=1))
+    plan = planner.to_plan(planner.search(steps[:1], steps[1].prompt_tokens))
+    assert plan.mode == "async"
+    cycle = planner.hindsight_cycle_s(plan, steps[1])
+    # the cycle holds two steps' trajectories on the same engines: longer than one step alone
+    assert cycle > planner.hindsight_rollout_s(plan, steps[1]) > 0
+    assert planner.observe(StepOutcome(1, plan, steps[1], 1.5 * cycle, overlapped=True)) is None
+    assert planner.calibration.pipelined_factor() == pytest.approx(1.5)
+    assert planner.calibration.factor(1) == 1.0
+    nxt = planner.to_plan(planner.search(steps[:2], steps[2].prompt_tokens, current=plan))
+    fresh = Planner(cl, options=SearchOptions(max_staleness=1))
+    same = fresh.to_plan(fresh.search(steps[:2], steps[2].prompt_tokens, current=plan))
+    assert nxt.notes["pipelined_factor"] == pytest.approx(1.5) and same.notes["pipelined_factor"] == 1.0
+    # async steps are priced slower once the pipeline measured slower than its model
+    assert nxt.predicted_step_s > same.predicted_step_s

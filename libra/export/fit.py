@@ -114,8 +114,9 @@ def fit(planner: Planner, res: SearchResult, history: Sequence[Any], prompts: An
         train_s = plan.predicted_train_s + (new - old)
         f = float(plan.notes.get("rollout_factor", 1.0))  # type: ignore[arg-type]
         load, cohort = plan.notes.get("rollout_throughput_s"), plan.notes.get("rollout_cohort_s")
-        load_s = float(load) * f if isinstance(load, (int, float)) else None
-        cohort_s = float(cohort) * f if isinstance(cohort, (int, float)) else None
+        pipe = float(plan.notes.get("pipelined_factor", 1.0))  # type: ignore[arg-type]
+        load_s = float(load) * f * pipe if isinstance(load, (int, float)) else None
+        cohort_s = float(cohort) * f * pipe if isinstance(cohort, (int, float)) else None
         k = plan.max_staleness
         step_s = (plan.predicted_step_s + step_time(plan.mode, r, train_s, sync, load_s, k, cohort_s)
                   - step_time(plan.mode, r, plan.predicted_train_s, sync, load_s, k, cohort_s))

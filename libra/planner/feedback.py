@@ -62,7 +62,8 @@ class StepOutcome:
     trajectories: StepArrays
     rollout_s: float
     #: the rollout shared its engines with a neighbouring step's (async continuous generation):
-    #: its time measures neither rollout alone, so the correction does not learn from it
+    #: its time measures neither rollout alone, so the per-layout correction does not learn from
+    #: it; the async pace does (``RolloutCalibration.pipelined_factor``)
     overlapped: bool = False
     #: each trajectory's finish, seconds from the rollout's start, aligned with ``trajectories``
     #: (None: the backend did not record them); the order groups complete in (``CompletionOrder``)
@@ -84,6 +85,9 @@ class RolloutCorrection:
     one_bucket: float = 1.0
     two_buckets: float = 1.0
     split_scale: float = 1.0
+    #: async continuous generation: the multiplier on the model's staleness-cycle makespan and
+    #: engine pace (``RolloutCalibration.pipelined_factor``)
+    pipelined: float = 1.0
 
     def factor(self, n_buckets: int) -> float:
         """The multiplier on a predicted rollout of a layout of ``n_buckets`` buckets."""
@@ -107,6 +111,7 @@ class RolloutCalibration:
         self.window = int(window)
         self._ratios: dict[int, deque[float]] = {1: deque(maxlen=self.window), 2: deque(maxlen=self.window)}
         self._split_shortfalls: deque[float] = deque(maxlen=self.window)
+        self._pipelined: deque[float] = deque(maxlen=self.window)
         self.observed = 0
 
     def record(self, kind: int, measured_s: float, predicted_s: float) -> float | None:
@@ -143,15 +148,44 @@ class RolloutCalibration:
             return 1.0
         return float(np.clip(np.median(np.asarray(self._split_shortfalls)), 1.0, FACTOR_MAX))
 
+    def record_pipelined(self, measured_s: float, cycle_s: float) -> float | None:
+        """Keep one async step's measured rollout (from its admission to its last trajectory,
+        sharing the engines with its neighbours) over the model's staleness-cycle makespan fed
+        its own trajectories; returns the ratio kept (None: unusable)."""
+        if not (measured_s > 0 and cycle_s > 0) or not np.isfinite(measured_s) or not np.isfinite(cycle_s):
+            return None
+        r = float(measured_s / cycle_s)
+        self._pipelined.append(r)
+        return r
+
+    def pipelined_factor(self) -> float:
+        """The multiplier on an async plan's staleness-cycle makespan and engine pace: the median
+        of the recent ``record_pipelined`` ratios, clipped to ``[FACTOR_MIN, FACTOR_MAX]``; 1
+        before any async step ran.
+
+        Why: a rollout that shares its engines measures neither rollout alone, so it teaches the
+        per-layout factors nothing, and the async price rests on the model's cycle alone. In
+        steady state a step shares the engines with the previous step's tail and the next one's
+        start, so it spans longer than K + 1 steps started together: MiniSWE on 56 A800 at K = 1
+        was priced at a 567 s cycle and its steps spanned 640-996 s; the split rested on that
+        price and gave training 32 GPUs where the hindsight 24 ran 5% faster (held_out_27
+        mini-swe/a800-56-14b/K1, SIMULATED). The ratio is what the steady-state period of
+        K + 1 steps is made of (their span plus the first one's training), so one factor on the
+        cycle keeps ``step_time``'s form."""
+        if not self._pipelined:
+            return 1.0
+        return float(np.clip(np.median(np.asarray(self._pipelined)), FACTOR_MIN, FACTOR_MAX))
+
     def correction(self) -> RolloutCorrection:
         """The factors and the split scale as they stand, for one search."""
-        return RolloutCorrection(self.factor(1), self.factor(2), self.split_scale())
+        return RolloutCorrection(self.factor(1), self.factor(2), self.split_scale(), self.pipelined_factor())
 
     def summary(self) -> dict[str, float | int]:
         """The current factors and how many ratios back them (for plan notes and reports)."""
         return {"rollout_factor_1": self.factor(1), "rollout_factor_2": self.factor(2),
                 "rollout_ratios_1": len(self._ratios[1]), "rollout_ratios_2": len(self._ratios[2]),
-                "split_scale": self.split_scale(), "split_steps": len(self._split_shortfalls)}
+                "split_scale": self.split_scale(), "split_steps": len(self._split_shortfalls),
+                "pipelined_factor": self.pipelined_factor(), "pipelined_steps": len(self._pipelined)}
 
 
 def group_ready_fraction(step: StepArrays, finish_s: np.ndarray) -> np.ndarray:

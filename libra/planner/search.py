@@ -644,6 +644,23 @@ class Planner:
         stats = stats if stats is not None else compute_stats([step], step.prompt_tokens, window=1)
         return float(self._hindsight_dp(plan, stats, max(1, len(plan.buckets))).evaluate(layout, counts)[0])
 
+    def hindsight_cycle_s(self, plan: Plan, step: StepArrays) -> float:
+        """The model's staleness-cycle makespan (``_cohort_s``: K + 1 steps sharing the engines)
+        of ``plan``'s layout fed ``step``'s own trajectories K + 1 times over, its tail one step's
+        (as the search prices it); what a step that shared its engines is compared with
+        (``RolloutCalibration.pipelined_factor``). NaN when the layout cannot be evaluated."""
+        if not plan.buckets or not plan.instances or not step.n:
+            return float("nan")
+        layout, counts = plan_layout(plan)
+        if min(counts) < 1:
+            return float("nan")
+        k = max(1, int(plan.max_staleness or self.options.max_staleness))
+        stats = compute_stats([step], np.tile(step.prompt_tokens, k + 1), window=1, tail_of=step.n)
+        dp = self._hindsight_dp(plan, stats, max(1, len(plan.buckets)))
+        if not dp.feasible(layout):
+            return float("nan")
+        return float(dp.evaluate(layout, counts)[0])
+
     def observe(self, outcome: StepOutcome) -> float | None:
         """Learn from a step the backend ran: its measured rollout over the hindsight prediction,
         kept per layout kind; later searches scale their rollout predictions by it. Returns the
@@ -651,6 +668,8 @@ class Planner:
         another step's, ``StepOutcome.overlapped``)."""
         self.completion.record(outcome)
         if outcome.overlapped:
+            if outcome.plan.mode == "async" and self.options.continuous:
+                self.calibration.record_pipelined(float(outcome.rollout_s), self.hindsight_cycle_s(outcome.plan, outcome.trajectories))
             return None
         plan, step = outcome.plan, outcome.trajectories
         stats = compute_stats([step], step.prompt_tokens, window=1) if step.n else None
@@ -969,13 +988,15 @@ class Planner:
             corr = correction.factor(len(ro.layout.tps))
             ro_s = ro.makespan_s * corr  # the model's prediction times what past steps measured against it
             # async continuous generation: the engines' pace at full batches (None: the batch loop,
-            # whose makespan stands in, ``step_time``)
-            load_s = ro.throughput_s * corr if continuous else None
+            # whose makespan stands in, ``step_time``), and the staleness cycle, both times what
+            # async steps measured against the cycle (``pipelined_factor``)
+            pipe = correction.pipelined
+            load_s = ro.throughput_s * corr * pipe if continuous else None
             k = k_async
             cohort_raw = self._cohort_s(dp_cohort, ro) if dp_cohort is not None else None
-            cohort_s = cohort_raw * corr if cohort_raw is not None else None
+            cohort_s = cohort_raw * corr * pipe if cohort_raw is not None else None
             tails_s = tails_of(ro) * corr  # the rollout per tail scenario
-            tails_cohort = (self._tail_makespans(tail_cohort_dps, ro, cohort_raw) * corr if cohort_raw is not None and tail_cohort_dps
+            tails_cohort = (self._tail_makespans(tail_cohort_dps, ro, cohort_raw) * corr * pipe if cohort_raw is not None and tail_cohort_dps
                             else np.full(len(tails_s), np.nan if cohort_s is None else cohort_s))
             # a two-bucket layout must win clearly against every one-bucket plan, not only those
             # on its own GPU budget (the DP's rule): ranked with its rollout that much slower
@@ -999,7 +1020,7 @@ class Planner:
                 st = base + trans / amortize
                 c = Candidate(n_train, cfg, train_s, ro, sync, trans, st, mode=mode, streaming=streaming, mode_step_s=per_loop,
                               robust_s=float(robust) + trans / amortize, rollout_factor=corr,
-                              cohort_s=float("nan") if cohort_s is None else cohort_s / corr)
+                              cohort_s=float("nan") if cohort_s is None else cohort_s / corr / pipe)
                 if best_c is None or c.rank() < best_c.rank():
                     best_c = c
             return best_c
@@ -1030,7 +1051,8 @@ class Planner:
                     ro_robust = float(min(ro.makespan_s, tails_of(ro).mean()) * correction.factor(len(ro.layout.tps)) * factors.mean())
                     if continuous and any(m == "async" for m, _ in loops):  # async generates continuously: throughput, or the pipeline's share
                         k_floor = max(1, self.options.max_staleness) + 1
-                        ro_robust = min(ro_robust, max(ro_robust * ro.throughput_s / ro.makespan_s if ro.makespan_s > 0 else 0.0, ro_robust / k_floor))
+                        ro_robust = min(ro_robust, max(ro_robust * ro.throughput_s / ro.makespan_s if ro.makespan_s > 0 else 0.0, ro_robust / k_floor)
+                                        * min(1.0, correction.pipelined))
                     # bound: what the training stage may still take for this split to beat the incumbent
                     budget = incumbent - (0.0 if overlap else ro_robust) - fixed
                     if budget <= 0 or ro_robust >= incumbent:
