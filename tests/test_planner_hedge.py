@@ -118,6 +118,28 @@ def test_an_undeclared_kind_launches_a_layout_sized_for_the_short_scenarios() ->
     assert (second.n_train_gpus, second.train) == (first.n_train_gpus, first.train) == (launched.n_train, launched.train)
 
 
+def test_the_launch_layout_is_also_priced_on_steps_shorter_than_every_prior() -> None:
+    """Converted agent logs generate less than the shortest kind's prior stretched to 1/3, so the
+    launch layout is also priced on every unstretched scenario stretched to ``LAUNCH_STRETCH``
+    (``Planner._launch_runs``); the loop class and the split are not (they moved AgentDojo's
+    124K-token first step off time-sharing, 0.992 -> 0.942x, SIMULATED)."""
+    from libra.planner.search import LAUNCH_STRETCH
+
+    planner = _planner("agent", hedge=True)
+    spec = PriorSpec.of(planner.cluster)
+    runs = [planner._search((), PROMPTS, None, s, bound=False) for s in prior_scenarios(spec)]
+    best = planner.search([], PROMPTS).best
+    launch = planner._launch_runs(best, runs, PROMPTS, None)
+    extra = launch[len(runs):]
+    unstretched = [r for r in runs if r.stats_spec is not None and r.stats_spec.stretch == 1.0]
+    assert len(unstretched) >= 2 and len(extra) == len(unstretched)
+    assert all(r.stats_spec is not None and r.stats_spec.stretch == pytest.approx(LAUNCH_STRETCH) for r in extra)
+    # shorter steps: each extra scenario trains fewer tokens than its unstretched one
+    assert all(planner.train_shape(e.stats)[0] < planner.train_shape(u.stats)[0] for e, u in zip(extra, unstretched))
+    # no launch (a plan in force): the scenarios as they are
+    assert planner._launch_runs(best, runs, PROMPTS, planner.to_plan(planner.search([], PROMPTS))) == runs
+
+
 def test_a_short_log_s_first_step_is_not_streamed_in_the_long_prior_s_layout() -> None:
     """A streamed step trains before its batch is complete, in its plan's strategy (nothing
     settles a streamed job), so the first step of an undeclared kind would train the 64K

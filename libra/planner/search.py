@@ -563,6 +563,17 @@ def prior_scenarios(spec: PriorSpec) -> list[PriorSpec]:
 #: on the planner prices streaming from measured steps like any loop.
 UNSETTLED_FIRST_STEP = "sync+streaming"
 
+#: How much shorter than every prior scenario the training layout a run of undeclared kind launches
+#: with is also priced (``Planner._launch_runs``): each unstretched scenario with every generated
+#: and returned token scaled by this. Why: the converted public agent logs are shorter than the
+#: shortest kind's prior stretched to 1/3 (FireAct HotpotQA's ReAct trajectories generate 184
+#: tokens on average), so the launch layout still held sequences they never bring; FireAct on 24
+#: H200 at K = 1 trained 0.8 s a step in it where the layout chosen with these scenarios trains
+#: 0.7 s (held_out_28 fireact-hotpotqa/h200-24-l8b/K1 0.932 -> 0.991, SIMULATED). Only the launch
+#: layout: letting these scenarios also choose the loop class moved AgentDojo's first step (124K-
+#: token runs) on 40 GB200 from time-shared to a split, 0.992 -> 0.942x of verl-colocated (K = 0).
+LAUNCH_STRETCH = 1 / 9
+
 #: A loop class (``loop_class``) as the search's (mode, streaming) pin of a split plan.
 LOOP_OF_CLASS: dict[str, tuple[LoopMode, bool]] = {"sync": ("sync", False), "sync+streaming": ("sync", True), "async": ("async", False)}
 
@@ -596,6 +607,8 @@ class SearchResult:
     #: a hedged first step (``Planner.hedged_search``): each loop class's worst-case regret over
     #: the prior scenarios (empty when the step was planned from one prior or from measurements)
     hedge: dict[str, float] = field(default_factory=dict)
+    #: the prior the search planned from (None: measured steps)
+    stats_spec: PriorSpec | None = None
 
 
 class Planner:
@@ -788,7 +801,8 @@ class Planner:
         regret = {c: max(p[c] / min(p.values()) for p in prices) for c in classes}
         pick = min(classes, key=lambda c: (regret[c], prices[0][c]))
         if pick == loop_class(nominal.best):
-            best = self._launch_layout(self._near_tie_by_regret(nominal.best, nominal.candidates, runs, current), runs, current)
+            best = self._near_tie_by_regret(nominal.best, nominal.candidates, runs, current)
+            best = self._launch_layout(best, self._launch_runs(best, runs, prompt_tokens, current), current)
             return replace(nominal, best=best, hedge=regret)
         # the default prior's candidates hold each split's best loop only: the picked loop is
         # priced on every split by the same search with that loop pinned
@@ -808,9 +822,28 @@ class Planner:
         filling = current is None or current.mode != "async"
         best = self._near_tie_by_regret(stay_within_tolerance(choose(of_class, self.options.max_staleness >= 1, filling), of_class, current),
                                         of_class, runs, current)
-        best = self._launch_layout(best, runs, current)
+        best = self._launch_layout(best, self._launch_runs(best, runs, prompt_tokens, current), current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret)
+
+    def _launch_runs(self, best: Candidate, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
+                     current: Plan | None) -> list[SearchResult]:
+        """The prior scenarios ``runs`` and, when ``_launch_layout`` will use them, each unstretched
+        one (the default prior and each known kind's) stretched to ``LAUNCH_STRETCH``: the training
+        layout a run of undeclared kind launches with is also priced on much shorter steps than
+        any kind's prior, where the loop class and the split are not (``LAUNCH_STRETCH``)."""
+        if current is not None or best.streaming or not runs:
+            return list(runs)
+        out = list(runs)
+        for r in runs:
+            spec = r.stats_spec
+            if spec is None or spec.stretch != 1.0:
+                continue
+            try:
+                out.append(self._search((), prompt_tokens, current, replace(spec, stretch=LAUNCH_STRETCH)))
+            except UserError:
+                continue
+        return out
 
     def _launch_layout(self, best: Candidate, runs: Sequence[SearchResult], current: Plan | None) -> Candidate:
         """The training layout a run of undeclared kind launches with: ``best``'s, or the strategy
@@ -1122,7 +1155,7 @@ class Planner:
         best = stay_within_tolerance(choose(cands, self.options.max_staleness >= 1, filling), cands, current)
         if len(best.rollout.layout.tps) > 1:  # its forecast gain, checked after the step ran (``observe``)
             best = replace(best, one_bucket_rollout_s=dp.best_one_bucket_s(best.rollout.n_gpus))
-        return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped)
+        return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped, stats_spec=None if history else spec)
 
     def kept_knobs(self, train: TrainConfig, tokens: int, seq: int, memory: int) -> tuple[TrainConfig, float]:
         """The plan in force's training ``train`` with the micro-batch and recompute the step
