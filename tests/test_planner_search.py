@@ -469,8 +469,12 @@ def test_async_run_follows_the_simulators_admission_rule_in_waves_of_k_plus_one(
     # a wave of two of K = 2 drains halfway from alone to the full cohort: steps 3-4 admitted at
     # 230 and 250 drain by max(230 + 180, 250 + 150) = 410, train to 430 and 450
     assert async_run_s(150.0, 20.0, 1.0, 210.0, 2, 5) * 5 == pytest.approx(450.0)
-    # the engines' pace bounds a wave: three steps of 100 s work each at full batches
-    assert async_run_s(150.0, 20.0, 100.0, 210.0, 2, 3) * 3 == pytest.approx(300.0 + 60.0)
+    # the engines' pace bounds a wave's later steps: 100 s of work each at full batches, so the
+    # third is done at 300 s (the first two with the wave's tail, 210 s): trainings end 230, 250, 320
+    assert async_run_s(150.0, 20.0, 100.0, 210.0, 2, 3) * 3 == pytest.approx(320.0)
+    # the batch-per-step loop (load and cycle = one rollout) runs its rollouts one after the other
+    # and hides all but the last training: 3 x 10 + 2 over three steps
+    assert async_run_s(10.0, 2.0, 10.0, 10.0, 2, 3) * 3 == pytest.approx(32.0)
     # the long run tends to the steady state (the staleness cycle here)
     long_run = async_run_s(150.0, 20.0, 1.0, 210.0, 2, 3000)
     assert long_run == pytest.approx(step_time("async", 150.0, 15.0, 5.0, 1.0, 2, 210.0), rel=0.01)

@@ -430,8 +430,10 @@ def async_run_s(rollout_s: float, chain_s: float, load_s: float, cohort_s: float
 
     The steps run in waves of up to K + 1 that share the engines: a wave of m steps drains in
     ``rollout_s`` (one step alone) plus (m - 1) / K of the way to ``cohort_s`` (K + 1 steps
-    together), at least m times ``load_s`` (the engines' pace at full batches); a step admitted
-    later than its wave's first ends no earlier than its own admission plus ``rollout_s``. The
+    together); its i-th step no earlier than i + 1 times ``load_s`` (the engines' pace at full
+    batches; the batch-per-step loop, whose ``load_s`` and ``cohort_s`` are ``rollout_s``, so runs
+    its rollouts one after the other); a step admitted later than its wave's first ends no
+    earlier than its own admission plus ``rollout_s``. The
     next wave starts as its first predecessor's sync lands. As ``steps`` grows this tends to the
     steady state ``step_time`` prices; over a short run the last wave is a partial one (fewer
     steps, a shorter drain) and the trainings of the last wave run after it.
@@ -450,8 +452,10 @@ def async_run_s(rollout_s: float, chain_s: float, load_s: float, cohort_s: float
         m = min(k + 1, n - first)
         for j in range(first, first + m):
             admit[j] = 0.0 if j <= k else done[j - 1 - k]
-        wave_s = max(rollout_s + (cohort_s - rollout_s) * (m - 1) / k, m * load_s)
+        wave_s = rollout_s + (cohort_s - rollout_s) * (m - 1) / k  # the wave's tail: its members drain together
         for i, j in enumerate(range(first, first + m)):
+            # ... unless the engines' pace bounds them: the i-th step's work is done no earlier
+            # than (i + 1) x load_s into the wave (the batch loop: one rollout after the other)
             end = max(admit[first] + wave_s, admit[j] + rollout_s, admit[first] + (i + 1) * load_s)
             done[j] = max(end, prev_done) + chain_s
             prev_done = done[j]
