@@ -70,6 +70,20 @@ class StepOutcome:
     finish_s: np.ndarray | None = None
 
 
+def _ratio(num: float, den: float) -> float | None:
+    """``num / den`` when both are finite and positive, else None (an unusable measurement)."""
+    if not (num > 0 and den > 0) or not np.isfinite(num) or not np.isfinite(den):
+        return None
+    return float(num / den)
+
+
+def _median_clipped(pool: deque[float], lo: float, hi: float) -> float:
+    """The median of ``pool`` clipped to ``[lo, hi]``; 1 when it is empty (nothing measured)."""
+    if not pool:
+        return 1.0
+    return float(np.clip(np.median(np.asarray(pool)), lo, hi))
+
+
 def layout_kind(n_buckets: int) -> int:
     """The calibration class of a layout: 1 (one bucket) or 2 (two buckets)."""
     return 1 if n_buckets <= 1 else 2
@@ -116,46 +130,38 @@ class RolloutCalibration:
 
     def record(self, kind: int, measured_s: float, predicted_s: float) -> float | None:
         """Keep one step's ratio; returns it (None when either time is unusable)."""
-        if not (measured_s > 0 and predicted_s > 0) or not np.isfinite(measured_s) or not np.isfinite(predicted_s):
-            return None
-        r = float(measured_s / predicted_s)
-        self._ratios[layout_kind(kind)].append(r)
-        self.observed += 1
+        r = _ratio(measured_s, predicted_s)
+        if r is not None:
+            self._ratios[layout_kind(kind)].append(r)
+            self.observed += 1
         return r
 
     def factor(self, kind: int) -> float:
         """The multiplier on a predicted rollout of a layout of ``kind`` buckets."""
         own = self._ratios[layout_kind(kind)]
         other = self._ratios[3 - layout_kind(kind)]
-        pool = own if own else other
-        if not pool:
-            return 1.0
-        return float(np.clip(np.median(np.asarray(pool)), FACTOR_MIN, FACTOR_MAX))
+        return _median_clipped(own if own else other, FACTOR_MIN, FACTOR_MAX)
 
     def record_split(self, forecast_gain: float, realized_gain: float) -> float | None:
         """Keep how much a two-bucket step's forecast gain over one bucket overstated the gain it
         realized (module docstring); returns the ratio kept (None: unusable)."""
-        if not (forecast_gain > 0 and realized_gain > 0) or not np.isfinite(forecast_gain) or not np.isfinite(realized_gain):
-            return None
-        r = float(forecast_gain / realized_gain)
-        self._split_shortfalls.append(r)
+        r = _ratio(forecast_gain, realized_gain)
+        if r is not None:
+            self._split_shortfalls.append(r)
         return r
 
     def split_scale(self) -> float:
         """The multiplier on ``HETERO_MARGIN``'s required gain: the median overstatement of the
         recent two-bucket steps, clipped to ``[1, FACTOR_MAX]`` (1 before any ran)."""
-        if not self._split_shortfalls:
-            return 1.0
-        return float(np.clip(np.median(np.asarray(self._split_shortfalls)), 1.0, FACTOR_MAX))
+        return _median_clipped(self._split_shortfalls, 1.0, FACTOR_MAX)
 
     def record_pipelined(self, measured_s: float, cycle_s: float) -> float | None:
         """Keep one async step's measured rollout (from its admission to its last trajectory,
         sharing the engines with its neighbours) over the model's staleness-cycle makespan fed
         its own trajectories; returns the ratio kept (None: unusable)."""
-        if not (measured_s > 0 and cycle_s > 0) or not np.isfinite(measured_s) or not np.isfinite(cycle_s):
-            return None
-        r = float(measured_s / cycle_s)
-        self._pipelined.append(r)
+        r = _ratio(measured_s, cycle_s)
+        if r is not None:
+            self._pipelined.append(r)
         return r
 
     def pipelined_factor(self) -> float:
@@ -172,9 +178,7 @@ class RolloutCalibration:
         mini-swe/a800-56-14b/K1, SIMULATED). The ratio is what the steady-state period of
         K + 1 steps is made of (their span plus the first one's training), so one factor on the
         cycle keeps ``step_time``'s form."""
-        if not self._pipelined:
-            return 1.0
-        return float(np.clip(np.median(np.asarray(self._pipelined)), FACTOR_MIN, FACTOR_MAX))
+        return _median_clipped(self._pipelined, FACTOR_MIN, FACTOR_MAX)
 
     def correction(self) -> RolloutCorrection:
         """The factors and the split scale as they stand, for one search."""
