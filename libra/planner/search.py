@@ -90,7 +90,7 @@ from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_stra
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
-from libra.planner.settle import best_knobs
+from libra.planner.settle import best_knobs, pipeline_run_s
 from libra.planner.stats import PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
@@ -442,25 +442,8 @@ def async_run_s(rollout_s: float, chain_s: float, load_s: float, cohort_s: float
     4 x 73 + 17 s; the simulator ran it as steps 0-2 sharing the engines (215 s) and step 3 alone
     (179 s), 432 s, and the hindsight split whose single step drains faster (TP 8) ran 411 s
     (held_out_28 math-yy/gb200-40-32b/K2, 0.953x, SIMULATED)."""
-    k = max(1, int(staleness))
     n = max(1, int(steps))
-    admit = [0.0] * n
-    done = [0.0] * n
-    prev_done = 0.0
-    first = 0
-    while first < n:
-        m = min(k + 1, n - first)
-        for j in range(first, first + m):
-            admit[j] = 0.0 if j <= k else done[j - 1 - k]
-        wave_s = rollout_s + (cohort_s - rollout_s) * (m - 1) / k  # the wave's tail: its members drain together
-        for i, j in enumerate(range(first, first + m)):
-            # ... unless the engines' pace bounds them: the i-th step's work is done no earlier
-            # than (i + 1) x load_s into the wave (the batch loop: one rollout after the other)
-            end = max(admit[first] + wave_s, admit[j] + rollout_s, admit[first] + (i + 1) * load_s)
-            done[j] = max(end, prev_done) + chain_s
-            prev_done = done[j]
-        first += m
-    return done[-1] / n
+    return pipeline_run_s("async", staleness, rollout_s, chain_s, n, cohort_s=cohort_s, load_s=load_s) / n
 
 
 def streaming_step_s(rollout_s: float, train_s: float, sync_s: float, final_context: np.ndarray, mini_batches: int,
