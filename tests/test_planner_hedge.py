@@ -160,3 +160,20 @@ def test_a_short_log_s_first_step_is_not_streamed_in_the_long_prior_s_layout() -
     declared = Planner(ClusterSpec(48, "h100", "qwen3-32b", workload="swe"), make_evaluator(cl),
                        SearchOptions(max_staleness=0, mini_batches=4, run_steps=4)).search([], PROMPTS)
     assert not declared.hedge
+
+
+def test_a_plan_asked_for_before_any_rollout_finished_keeps_the_launch_plan() -> None:
+    """At K >= 1 step 1 is planned while step 0 rolls out: nothing is measured yet, and a second
+    search of the same prior (with the launch plan in force, so without ``_launch_layout``) moved
+    the training layout the launch plan chose for short steps back to the prior's, a re-shard for
+    nothing (FireAct HotpotQA, 64 A800, Qwen3-30B-A3B, K=1: 0.933x, SIMULATED). The ``Replanner``
+    now keeps the plan in force until a step has been measured."""
+    from libra.planner.search import Replanner
+
+    cl = ClusterSpec(64, "a800", "qwen3-30b-a3b", workload="agent")
+    rp = Replanner(Planner(cl, make_evaluator(cl), SearchOptions(max_staleness=1, hedge_unknown_kind=True)))
+    first = rp.plan([], PROMPTS)
+    second = rp.plan([], PROMPTS)
+    assert first.notes["from_prior"] and first.notes["replanned"]
+    assert (second.n_train_gpus, second.train, second.instances, second.mode) == (first.n_train_gpus, first.train, first.instances, first.mode)
+    assert second.notes["replanned"] is False and rp.replans == 1
