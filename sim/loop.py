@@ -368,7 +368,10 @@ class Simulator:
 
     def _retire(self, eng: Engines) -> None:
         """No step runs on ``eng`` and none will: its instances stop and their GPUs are released
-        (the booking of the step that created them)."""
+        (the booking of the step that created them). Once: the last two steps on closing engines
+        may end at the same instant, and each end sees them closing and idle."""
+        if eng.retired:
+            return
         for inst in eng.instances.values():
             if inst.busy or not inst.empty:
                 raise InvariantViolation(f"rollout engines retired with instance {inst.id} still working")

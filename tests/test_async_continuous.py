@@ -216,3 +216,19 @@ def test_recording_a_gantt_observes_the_shared_engines_and_changes_nothing(gantt
     assert [m.rollout_makespan_s for m in seen.steps] == [m.rollout_makespan_s for m in plain.steps]
     assert seen.gantt and seen.gantt_step == gantt_step and not plain.gantt
     assert all(b > a >= 0 and batch >= 0 for _, _, a, b, batch in seen.gantt)
+
+
+def test_engines_are_retired_once() -> None:
+    """Two steps share the engines (K=1, continuous generation) and the next plan moves the
+    instances, so the engines close. When both steps' rollouts end at the same instant, each
+    step's end sees them closing and idle; both retired them, and the second released GPUs
+    nobody held (``InvariantViolation``: held_out_30 ``fireact-hotpotqa/b200-32-l70b/K1``, in one
+    of areal-static-optimal's hindsight replays of a candidate plan, SIMULATED). Retiring is
+    now idempotent: a second call changes nothing."""
+    steps = [_long_tail_step(s) for s in range(3)]
+    sim, res = _run(steps, simple_plan(2, 2), mode="async", max_staleness=1)
+    eng = sim._engines_of[0]
+    assert eng is not None and eng.retired and res.completed == res.expected
+    bookings = sim.ledger.bookings
+    sim._retire(eng)  # the second step's end, at the same instant
+    assert sim.ledger.bookings == bookings and all(o is None for o in sim.ledger.owner)
