@@ -177,3 +177,7 @@ def test_a_plan_asked_for_before_any_rollout_finished_keeps_the_launch_plan() ->
     assert first.notes["from_prior"] and first.notes["replanned"]
     assert (second.n_train_gpus, second.train, second.instances, second.mode) == (first.n_train_gpus, first.train, first.instances, first.mode)
     assert second.notes["replanned"] is False and rp.replans == 1
+    # a step too small to feed the plan's data-parallel ranks is searched for again
+    few = PROMPTS[: max(1, first.train.dp - 1)]
+    third = rp.plan([], few)
+    assert third.notes["replanned"] is True and rp.replans == 2 and third.train.dp <= len(few)

@@ -1406,9 +1406,12 @@ class Replanner:
         do not apply, which then cost a transition for nothing. Seen: FireAct HotpotQA on 64 A800
         with Qwen3-30B-A3B, K=1 (held_out_29): the launch layout trained step 0 in 0.73 s; step
         1's plan, from the same prior, moved to the prior's layout (3.3 s re-shard, then 2.0 s a
-        step against the hindsight split's 1.0 s; 0.933x, SIMULATED)."""
-        if not history and self.current is not None and self.current.notes.get("from_prior"):
-            return replace(self.current, notes={**self.current.notes, "replanned": False})
+        step against the hindsight split's 1.0 s; 0.933x, SIMULATED). Unless the step brings fewer
+        prompts than the plan's training has data-parallel ranks (it could not feed them)."""
+        current = self.current
+        if (not history and current is not None and current.notes.get("from_prior")
+                and (prompt_tokens is None or len(prompt_tokens) >= current.train.dp)):
+            return replace(current, notes={**current.notes, "replanned": False})
         if self.current is not None and self.policy == "drift" and self._stats is not None:
             stats = compute_stats(history, prompt_tokens, window=self.planner.options.window, prior=PriorSpec.of(self.planner.cluster))
             if stats.n_trajectories == self._stats.n_trajectories and stats.drift(self._stats) <= self.threshold:
