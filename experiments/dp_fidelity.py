@@ -20,7 +20,8 @@ run with this script copied into a checkout of it):
 | + the tail's own instance's batch | 1.054 | 9.3% | 0.093 | 0.921..1.468 |
 | + the others' prefill in the tail's iterations | 1.031 | 7.2% | 0.079 | 0.886..1.421 |
 | + the step's start: first turns together, after the prompts (session 13) | 1.012 | 5.3% | 0.068 | 0.877..1.332 |
-| + the trajectory that generates most as a third tail (session 19, current) | 1.000 | 5.7% | 0.079 | 0.790..1.332 |
+| + the trajectory that generates most as a third tail (session 19) | 1.000 | 5.7% | 0.079 | 0.790..1.332 |
+| + the prompts at their admission batch's prefill rate (session 22, current) | 1.007 | 5.7% | 0.081 | 0.797..1.369 |
 
 Session 19 added `--logs`: eight converted public logs (``LOG_CASES``; each replayed in an earlier
 held-out grid), 119 more layouts, their steps' tool latencies as the replay draws them where the
@@ -29,7 +30,14 @@ log has none. Over all 236 layouts (2 cores, ~45 s):
 | DP load model | median | mean abs. error | log-sd | range |
 | --- | ---: | ---: | ---: | ---: |
 | session 13's | 1.017 | 10.6% | 0.158 | 0.744..2.455 |
-| + the third tail (session 19, current) | 1.000 | 4.3% | 0.067 | 0.744..1.332 |
+| + the third tail (session 19) | 1.000 | 4.3% | 0.067 | 0.744..1.332 |
+| + the prompts at their admission batch's prefill rate (session 22, current) | 1.008 | 4.0% | 0.060 | 0.797..1.369 |
+
+Session 22 (``RolloutDP.prefill_rates``): on the 119 log layouts alone the mean absolute error went
+3.0% -> 2.2% and the log-sd 0.053 -> 0.028 (range 0.744..1.083 -> 0.958..1.147); the spread across
+the layouts of one step, what ranks layouts, 0.032 -> 0.027 on average and 0.106 -> 0.060 at most
+over the 20 steps; the generated workloads' rows are unchanged but for their maximum (2 cores,
+~70 s; SIMULATED / PREDICTED).
 
 The logs' error was the tail: where tool returns make most of the context (InterCode-SQL 1.49x
 median, tau-bench airline 1.23x) the longest trajectory generates little and the one that

@@ -36,9 +36,13 @@ def test_the_start_term_brings_the_load_model_closer_to_the_simulator_for_full_i
     """Search-R1's first step (1,280 trajectories) on 48 A800 with Qwen3-8B, rollout on 32 GPUs:
     32 TP-1 instances (40 trajectories each) and 8 TP-4 instances (160 each). Without the start
     term the hindsight model (the step's own trajectories) under-predicts the fuller instances
-    more: measured / predicted 1.05 and 1.13 (SIMULATED, no noise). With it both are within 4%
+    more: measured / predicted 1.06 and 1.14 (SIMULATED, no noise). With it both are within 6%
     and the gap between them is under half as large. Before the change ``WorkloadStats`` had no
-    start statistics (``tail_first_decode``)."""
+    start statistics (``tail_first_decode``). (Within 4% until session 22 priced the prompts,
+    here and in the load and the tail, at their admission batch's prefill rate as the simulator
+    charges them, ``RolloutDP.prefill_rates``: 1.019 and 1.039 -> 1.027 and 1.057. At 160 an
+    instance the lone 512-token chunk's rate had over-charged the prompts by about what the model
+    still misses there.)"""
     path = os.path.join(TRACES, "search-r1.jsonl.gz")
     step = next(iter(TraceReader(path).steps()))
     cluster = ClusterSpec(48, "a800", "qwen3-8b")
@@ -58,5 +62,5 @@ def test_the_start_term_brings_the_load_model_closer_to_the_simulator_for_full_i
         assert now > before  # the start only adds
         logs.append(math.log(measured / now))
         logs_before.append(math.log(measured / before))
-    assert all(abs(x) < math.log(1.04) for x in logs), logs
+    assert all(abs(x) < math.log(1.06) for x in logs), logs
     assert abs(logs[1] - logs[0]) < 0.5 * abs(logs_before[1] - logs_before[0]), (logs, logs_before)

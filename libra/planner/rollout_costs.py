@@ -18,20 +18,16 @@ Everything in a step that is not the rollout is priced by ``self.step``, the
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-from libra.planner.costs import CostModel
+from libra.planner.costs import CostModel, cost_key, prefill_key
 from libra.planner.step_costs import StepCosts
 
 
 def _q(x: float) -> int:
-    """``x`` rounded to 1/8 of an octave (exact below 16): the memo key of a cost call."""
-    if x < 16:
-        return int(round(x))
-    e = math.floor(math.log2(x))
-    step = 2.0 ** (e - 3)
-    return int(round(x / step) * step)
+    """``x`` rounded to 1/8 of an octave (exact below 16): the memo key of a cost call
+    (``libra.planner.costs.cost_key``, shared with the planner's prefill rate)."""
+    return cost_key(x)
 
 
 class RolloutCosts:
@@ -94,7 +90,7 @@ class RolloutCosts:
         else:
             new = sum(s[0] for s in seqs) / k
             cached = sum(s[1] for s in seqs) / k
-        key = (tp, _q(new), _q(cached), _q(k) if k > 16 else k)
+        key = prefill_key(tp, new, cached, k)
         v = self._prefill.get(key)
         if v is None:
             v = self._prefill[key] = float(self.ev.prefill_s(tp, max(1, key[1]), key[2], key[3]))

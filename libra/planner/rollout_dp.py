@@ -19,15 +19,18 @@ bucket's context range, the decode tokens ``T``, their KV-context sum ``S``, the
   ``Bcap = min(max_running_seqs(t), kv_capacity(t) / mean context)`` sequences;
 * its average batch is then ``B = clip(T / (m * I), 1, Bcap)`` and one iteration costs
   ``iter = base(t, B) + slope(t, B) * B * S / T`` (``decode_coeffs``, interpolated in B);
-* the bucket's busy time is ``load_b(m) = I * iter + P * prefill_per_token(t) / m``;
-* the tail spends ``tail_b(m) = tail * iter(B_tail) + tail_P * prefill_per_token(t)`` in it: it
+* the bucket's busy time is ``load_b(m) = I * iter + P * prefill(t, m) / m``, where
+  ``prefill(t, m)`` (``prefill_rates``) prices the step's prompts as the batch they are admitted in
+  (``min(n/m, Bcap)`` to an instance at once, the simulator's one batched prefill) and tool returns
+  at ``prefill_per_token(t)`` (a 512-token chunk alone), weighted by their tokens;
+* the tail spends ``tail_b(m) = tail * iter(B_tail) + tail_P * prefill(t, m)`` in it: it
   shares its instance's batches, so its tokens cost that batch's iteration time, not batch 1's;
   its instance runs the tail plus its share of the others' tokens, so
   ``B_tail = clip(1 + f (T - tail) / (m * tail), 1, Bcap)`` (the average instance's ``B`` left the
   tail's own tokens out of that share: where the tail was most of an instance's work it decoded
   alone, and more instances stopped helping long before they did in replay); ``f`` is the part of
   its life it decodes (not in tool calls), and the same part of the others' prefill on its
-  instance, ``f (P - tail_P) prefill_per_token(t) / m``, runs in its iterations too (chunked
+  instance, ``f (P - tail_P) prefill(t, m) / m``, runs in its iterations too (chunked
   prefill; Search-R1's retrieved passages make that most of the work);
 * in the first bucket the tail also pays the step's start (``_start_s``): every trajectory is
   queued at once, so its first turn of ``first`` tokens decodes beside everyone's first turn,
@@ -255,15 +258,15 @@ class RolloutDP:
         tail = s.tail_decode_tokens[:, lo:hi].sum(1)[:, None]  # [tails, 1]
         tail_p = s.tail_prefill_tokens[:, lo:hi].sum(1)[:, None]
         m = np.asarray(m, np.float64)
-        ppt = self.table.prefill_per_token[t]
         # KV parked in tool calls that the instances cannot hold is evicted and prefilled again
         # at the return (``kv_pressure``): the bucket's and the tail's prefill grow by that share
         evicted = self.evicted_share(layout, b, m)
+        ppt = self.prefill_rates(layout, b, m)  # seconds per prefilled token, per m
         if evicted.any():
             P = P + evicted * float(s.return_ctx[lo:hi].sum())
             tail_p = tail_p + evicted[None, :] * s.tail_return_ctx[:, lo:hi].sum(1)[:, None]
         if T <= 0:
-            return P * ppt / m, np.broadcast_to(tail_p * ppt, (len(tail), len(m))).copy()
+            return P * ppt / m, np.broadcast_to(tail_p * ppt[None, :], (len(tail), len(m))).copy()
         ctx = S / T
         bcap = float(max(1, min(self.table.max_seqs[t], int(self.table.kv_capacity[t] // max(ctx, 1.0)))))
         iters = np.maximum(float(tail.max()), T / (m * bcap))
@@ -284,11 +287,43 @@ class RolloutDP:
         share = decode / np.maximum(decode + tool, 1e-12)
         b_tail = np.clip(1.0 + share * others, 1.0, bcap)
         # and the others' prefill chunks run in the iterations it decodes in (chunked prefill)
-        others_prefill = np.maximum(P - tail_p, 0.0) * ppt / m[None, :]
-        tail_s = tail * iteration_s(b_tail) + tail_p * ppt + share * others_prefill
+        others_prefill = np.maximum(P - tail_p, 0.0) * ppt[None, :] / m[None, :]
+        tail_s = tail * iteration_s(b_tail) + tail_p * ppt[None, :] + share * others_prefill
         if b == 0:
             tail_s = tail_s + self._start_s(t, m, bcap, share, b_tail, iteration_s)
         return iters * iteration_s(B) + P * ppt / m, tail_s
+
+    def prefill_rates(self, layout: BucketLayout, b: int, m: np.ndarray) -> np.ndarray:
+        """Seconds per prefilled token of bucket ``b`` on ``m`` instances (one per count). The
+        step's prompts are admitted together, ``min(n/m, Bcap)`` to an instance, and the
+        simulator prefills them as one batch (``RolloutCosts.prefill_batch_s``): they are priced
+        at that batch's rate (``DecodeTable.prefill_rate``). Tool returns, and the contexts an
+        eviction prefills again, keep the per-TP rate of a 512-token chunk
+        (``DecodeTable.prefill_per_token``): they arrive a few at a time, and how many share an
+        iteration depends on the instance's pace. The bucket's mix, weighted by tokens. Without
+        the statistics' breakdown (``WorkloadStats.prompt_prefill`` empty) or prompts in the
+        bucket: the per-TP rate alone."""
+        s, t = self.stats, layout.tps[b]
+        m = np.asarray(m, np.float64)
+        flat = np.full(len(m), self.table.prefill_per_token[t])
+        lo, hi = self._cell_ranges(layout)[b]
+        P = float(s.prefill_tokens[lo:hi].sum())
+        if not len(s.prompt_prefill) or P <= 0:
+            return flat
+        pp, npr = float(s.prompt_prefill[lo:hi].sum()), float(s.prompt_count[lo:hi].sum())
+        if pp <= 0 or npr <= 0:
+            return flat
+        r_p = self._batch_rates(t, pp / npr, npr / np.maximum(m, 1.0))
+        return (pp * r_p + (P - pp) * flat) / P
+
+    def _batch_rates(self, t: int, mean_new: float, per_instance: np.ndarray) -> np.ndarray:
+        """``DecodeTable.prefill_rate`` of prompts of ``mean_new`` tokens admitted together,
+        ``per_instance`` of them (rounded, within 1 and ``Bcap``'s running-sequence cap)."""
+        cap = float(self.table.max_seqs[t])
+        ks = np.clip(np.rint(np.asarray(per_instance, np.float64)), 1.0, cap).astype(np.int64)
+        uniq, inv = np.unique(ks, return_inverse=True)
+        rates = np.array([self.table.prefill_rate(t, mean_new, 0.0, int(k)) for k in uniq])
+        return rates[inv].reshape(ks.shape)
 
     def evicted_share(self, layout: BucketLayout, b: int, m: np.ndarray) -> np.ndarray:
         """The share of bucket ``b``'s tool returns whose parked KV was evicted, per instance
@@ -335,7 +370,10 @@ class RolloutDP:
         per = np.minimum(s.n_trajectories / m[None, :], bcap)  # admitted together on the tail's instance
         b1 = np.clip(1.0 + (per - 1.0) * overlap / np.maximum(first, 1.0), 1.0, bcap)
         decode = first * np.maximum(iteration_s(b1) - iteration_s(b_tail), 0.0)
-        prompts = (1.0 - share) * np.maximum(per - 1.0, 0.0) * s.mean_prompt_tokens * self.table.prefill_per_token[t]
+        rate: np.ndarray | float = self.table.prefill_per_token[t]
+        if s.mean_prompt_tokens > 0 and len(s.prompt_prefill):
+            rate = self._batch_rates(t, s.mean_prompt_tokens, per)  # the prompts admitted with it: one batch
+        prompts = (1.0 - share) * np.maximum(per - 1.0, 0.0) * s.mean_prompt_tokens * rate
         return decode + prompts
 
     def curves(self, layout: BucketLayout, M: Sequence[int]) -> _Curves:
@@ -361,7 +399,7 @@ class RolloutDP:
             S = float(s.decode_ctx_sum[lo:hi].sum())
             P = float(s.prefill_tokens[lo:hi].sum())
             mm = max(int(m), 1)
-            x = P * self.table.prefill_per_token[t] / mm
+            x = P * float(self.prefill_rates(layout, b, np.array([float(mm)]))[0]) / mm
             if T > 0:
                 ctx = S / T
                 bcap = float(max(1, min(self.table.max_seqs[t], int(self.table.kv_capacity[t] // max(ctx, 1.0)))))
