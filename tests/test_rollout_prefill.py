@@ -13,26 +13,17 @@ import pytest
 
 from libra.cluster import ClusterSpec
 from libra.planner.costs import DecodeTable, make_evaluator, prefill_key
-from libra.planner.plan import Bucket, Plan, TrainConfig
 from libra.planner.rollout_costs import RolloutCosts
 from libra.planner.rollout_dp import plan_layout
 from libra.planner.search import Planner
 from libra.planner.stats import compute_stats
-from libra.policies.static import uniform_instances
 from libra.trace.latencies import resolve_latencies
 from libra.trace.reader import TraceReader
 from sim.costs import SimCosts
 from sim.loop import SimConfig, Simulator, observed_step
-from test_sim_support import FixedPolicy
+from test_sim_support import FixedPolicy, one_bucket_plan
 
 LOG = os.path.join(os.path.dirname(__file__), "..", "experiments", "data", "held_out_19", "medagentbench-jan17v1.jsonl.gz")
-
-
-def _plan(n_rollout: int, tp: int, n_gpus: int) -> Plan:
-    inst = uniform_instances(n_rollout, tp, 8)
-    n_train = n_gpus - n_rollout
-    return Plan(n_rollout_gpus=n_rollout, n_train_gpus=n_train, train=TrainConfig(tp=1, pp=1, dp=n_train, zero_stage=3),
-                instances=inst, buckets=(Bucket(0, tp, 0, None),))
 
 
 def test_the_prefill_rate_is_what_the_simulator_charges_a_batch() -> None:
@@ -68,7 +59,7 @@ def test_prompts_at_their_batch_rate_rank_the_tp_degrees_as_the_simulator_does()
     flat = dataclasses.replace(stats, prompt_prefill=np.zeros(0), prompt_count=np.zeros(0), digest=stats.digest + "-flat")
     simulated, now, before = {}, {}, {}
     for tp in (1, 2, 4, 8):
-        plan = _plan(16, tp, 32)
+        plan = one_bucket_plan(16, tp, 32)
         res = Simulator([step], FixedPolicy(plan), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
         simulated[tp] = res.steps[0].rollout_makespan_s
         layout, counts = plan_layout(plan)

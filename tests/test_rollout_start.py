@@ -12,24 +12,15 @@ import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.planner.costs import make_evaluator
-from libra.planner.plan import Bucket, Plan, TrainConfig
 from libra.planner.rollout_dp import plan_layout
 from libra.planner.search import Planner
 from libra.planner.stats import compute_stats
-from libra.policies.static import uniform_instances
 from libra.trace.reader import TraceReader
 from sim.costs import SimCosts
 from sim.loop import SimConfig, Simulator
-from test_sim_support import FixedPolicy
+from test_sim_support import FixedPolicy, one_bucket_plan
 
 TRACES = os.path.join(os.path.dirname(__file__), "..", "traces")
-
-
-def _plan(n_rollout: int, tp: int, n_gpus: int) -> Plan:
-    inst = uniform_instances(n_rollout, tp, 8)
-    n_train = n_gpus - n_rollout
-    return Plan(n_rollout_gpus=n_rollout, n_train_gpus=n_train, train=TrainConfig(tp=1, pp=1, dp=n_train, zero_stage=3),
-                instances=inst, buckets=(Bucket(0, tp, 0, None),))
 
 
 def test_the_start_term_brings_the_load_model_closer_to_the_simulator_for_full_instances() -> None:
@@ -53,7 +44,7 @@ def test_the_start_term_brings_the_load_model_closer_to_the_simulator_for_full_i
     without = dataclasses.replace(stats, tail_first_decode=np.zeros(0), first_decode_overlap=np.zeros(0), digest=stats.digest + "-no-start")
     logs, logs_before = [], []
     for tp in (1, 4):
-        plan = _plan(32, tp, 48)
+        plan = one_bucket_plan(32, tp, 48)
         res = Simulator([step], FixedPolicy(plan), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
         measured = res.steps[0].rollout_makespan_s
         layout, counts = plan_layout(plan)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
+from libra.policies.static import uniform_instances
 from libra.scheduling.base import InstanceLoad, Route, TrajectoryObservation, least_loaded
 from libra.trace.columnar import StepArrays
 from libra.trace.records import Trajectory, Turn
@@ -163,3 +164,11 @@ class FixedPolicy:
 
 def loads_ok(loads: list[InstanceLoad]) -> bool:
     return all(l.kv_tokens_used <= l.kv_tokens_capacity for l in loads)
+
+
+def one_bucket_plan(n_rollout: int, tp: int, n_gpus: int) -> Plan:
+    """A split plan of ``n_rollout // tp`` TP-``tp`` instances in one bucket, the rest training
+    (TP 1, ZeRO-3): a layout to replay alone against the rollout DP's prediction of it."""
+    n_train = n_gpus - n_rollout
+    return Plan(n_rollout_gpus=n_rollout, n_train_gpus=n_train, train=TrainConfig(tp=1, pp=1, dp=n_train, zero_stage=3),
+                instances=uniform_instances(n_rollout, tp, 8), buckets=(Bucket(0, tp, 0, None),))

@@ -20,14 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from libra.planner.costs import CostModel, cost_key, prefill_key
+from libra.planner.costs import CostModel, prefill_key
 from libra.planner.step_costs import StepCosts
-
-
-def _q(x: float) -> int:
-    """``x`` rounded to 1/8 of an octave (exact below 16): the memo key of a cost call
-    (``libra.planner.costs.cost_key``, shared with the planner's prefill rate)."""
-    return cost_key(x)
 
 
 class RolloutCosts:

@@ -123,14 +123,11 @@ class WorkloadStats:
     #: again when a returning trajectory's parked KV was evicted; per tail trajectory, its own
     return_ctx: np.ndarray = field(default_factory=lambda: np.zeros(0))
     tail_return_ctx: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
-    #: what the prefill in ``prefill_tokens`` is made of, per cell, so that it is priced as the
-    #: simulator batches it (``RolloutDP.prefill_rates``): the upcoming prompts' tokens and count
-    #: (prefilled together at the step's start), the tool returns that bring tokens, and every
-    #: tool call (the calls whose context ``return_ctx`` sums). Empty: one rate per TP.
+    #: the part of ``prefill_tokens`` that is the upcoming prompts, per cell, and how many prompts:
+    #: they are prefilled together at the step's start, and priced as the simulator batches them
+    #: (``RolloutDP.prefill_rates``). Empty: one rate per TP.
     prompt_prefill: np.ndarray = field(default_factory=lambda: np.zeros(0))
     prompt_count: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    return_count: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    call_count: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def n_cells(self) -> int:
@@ -312,8 +309,6 @@ def compute_stats(
     reach = np.zeros(n_cells)
     resident = np.zeros(n_cells)
     ret_ctx = np.zeros(n_cells)
-    ret_n = np.zeros(n_cells)
-    call_n = np.zeros(n_cells)
     prompt_pre = np.zeros(n_cells)
     prompt_n = np.zeros(n_cells)
     n_hist = 0
@@ -344,14 +339,11 @@ def compute_stats(
         # tool returns are prefilled at the context reached after the generation
         tool_at = ctx0 + s.gen_tokens
         has_ret = s.tool_tokens > 0
-        ret_cells = np.clip(np.searchsorted(edges, tool_at[has_ret], side="right") - 1, 0, n_cells - 1)
-        np.add.at(pre, ret_cells, s.tool_tokens[has_ret])
-        np.add.at(ret_n, ret_cells, 1.0)
+        np.add.at(pre, np.clip(np.searchsorted(edges, tool_at[has_ret], side="right") - 1, 0, n_cells - 1), s.tool_tokens[has_ret])
         # the KV a trajectory holds while its tool runs, and what a return re-prefills if evicted
         call_cell = np.clip(np.searchsorted(edges, tool_at, side="right") - 1, 0, n_cells - 1)
         calls = s.tool_code >= 0
         np.add.at(ret_ctx, call_cell[calls], tool_at[calls].astype(np.float64))
-        np.add.at(call_n, call_cell[calls], 1.0)
         np.add.at(resident, call_cell, tool_at / np.maximum(s.n_turns[traj_of_turn], 1).astype(np.float64))
         tot = s.total_tokens
         lo_cell = np.clip(np.searchsorted(edges, s.prompt_tokens, side="right") - 1, 0, n_cells - 1)
@@ -382,8 +374,6 @@ def compute_stats(
     reach *= scale
     resident *= scale
     ret_ctx *= scale
-    ret_n *= scale
-    call_n *= scale
     # prompt prefill: the upcoming step's own prompts (known now), in cell 0 .. their length cells
     if prompt_tokens is not None and len(prompt_tokens):
         pcell = np.clip(np.searchsorted(edges, np.asarray(prompt_tokens) - 1, side="right") - 1, 0, n_cells - 1)
@@ -431,8 +421,7 @@ def compute_stats(
     medians = {k: float(np.median(np.concatenate(v))) if sum(len(x) for x in v) else DEFAULT_TOOL_LATENCY_S for k, v in tool_lat.items()}
     h = hashlib.sha1()
     for arr in (edges, np.round(dec), np.round(ctx, -3), np.round(pre), np.round(reach), tdec, tctx, tpre,
-                np.round(resident), np.round(ret_ctx, -3), tail_ret, np.round(ret_n, 1), np.round(call_n, 1), np.round(prompt_pre),
-                prompt_n):
+                np.round(resident), np.round(ret_ctx, -3), tail_ret, np.round(prompt_pre), prompt_n):
         h.update(np.ascontiguousarray(arr, np.float64).tobytes())
     h.update(np.round(tail_tool, 3).tobytes())
     prompt_mean = float(np.mean(prompt_tokens)) if prompt_tokens is not None and len(prompt_tokens) else \
@@ -467,8 +456,6 @@ def compute_stats(
         tail_return_ctx=tail_ret,
         prompt_prefill=prompt_pre,
         prompt_count=prompt_n,
-        return_count=ret_n,
-        call_count=call_n,
     )
 
 
