@@ -55,9 +55,10 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.bounds import step_bound
 from libra.planner.costs import nvlink_domain
+from libra.planner.decision_tree import memory_report, report_line
 from libra.planner.feedback import StepOutcome
 from libra.planner.packing import instance_gpus, placement_error
-from libra.planner.plan import Plan, same_layout
+from libra.planner.plan import Plan, TrainConfig, same_layout
 from libra.planner.step_costs import Transition, train_gpu_ids
 from libra.policy import Policy
 from libra.pool.base import RoleChange
@@ -111,6 +112,11 @@ class SimConfig:
     #: (libra-run's async loop, whose runs are replayed so); the planner prices the same choice
     #: (``SearchOptions.continuous``)
     continuous: bool = True
+    #: refuse a training whose strategy does not hold the step's longest sequence in memory (a
+    #: real trainer runs out of memory; ``Simulator._holds``). False only to replay a published
+    #: run's own configuration (it ran: the memory model has no CPU offload or context
+    #: parallelism, so it may not fit one that did; ``sim.calibrate.replay``)
+    train_memory_check: bool = True
 
     @property
     def staleness_class(self) -> int:
@@ -439,13 +445,16 @@ class Simulator:
             cfg = settle(plan, step, tuple(self.history))
             # a time-shared plan keeps its layout once it has trained (a change is a transition):
             # it settles the layout it planned or the one its trainer holds; its first training
-            # may re-lay, as a split's does (``libra.planner.settle.first_layout``)
+            # may re-lay, as a split's does (``libra.planner.settle.first_layout``), and so may
+            # a training the held layout cannot hold in memory (``memory_relayout``)
             if cfg.n_gpus != plan.train.n_gpus or (plan.colocated and not same_layout(cfg, plan.train) and held is not None
-                                                   and not same_layout(cfg, held[1])):
+                                                   and not same_layout(cfg, held[1]) and self._holds(held[1], step)):
                 raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s training on {cfg}, not on its plan's "
                                       f"{plan.n_train_gpus} training GPUs ({plan.train}): a split change is a plan transition")
             job.settle(cfg)
             plan = dataclasses.replace(plan, train=cfg)
+        if self.cfg.train_memory_check and not self._holds(plan.train, step):
+            raise SimulationError(self._oom_message(step, plan))
         trans = self._transitions[j]
         if held is not None and plan.colocated == held[0].colocated:
             # split to split, or time-shared to time-shared: the trainer re-shards when it trains
@@ -490,6 +499,25 @@ class Simulator:
             ev = env.timeout(loan.return_s)
             ev.callbacks.append(lambda _e, g=loan.gpus, o=("return", id(job)): self.ledger.release(g, o))
         return ts, switch_in, switch_out, sync
+
+    def _holds(self, train: TrainConfig, step: StepArrays) -> bool:
+        """Whether ``train`` holds ``step``'s longest sequence (prompt, generated and returned
+        tokens) in each GPU's memory: the cost model's check, the one the planner's strategies
+        pass (``libra.planner.decision_tree.memory_report``)."""
+        if not step.n:
+            return True
+        return bool(getattr(memory_report(self.costs.step.ev, train, int(step.total_tokens.max())), "fits", True))
+
+    def _oom_message(self, step: StepArrays, plan: Plan) -> str:
+        """Why a training cannot run: a real trainer runs out of memory on it. Before this check
+        the simulator charged no out-of-memory, and policies trained sequences no strategy of
+        their layout holds (held_out_31: 49.8K-token sequences of Llama-3.1-70B on 72 H100)."""
+        need = int(step.total_tokens.max())
+        rep = memory_report(self.costs.step.ev, plan.train, need, suggest=True)
+        return (f"policy {self.result.policy} cannot train step {step.step}: its longest sequence ({need:,} tokens) does "
+                f"not fit in memory on its {plan.train.n_gpus} training GPUs ({report_line(rep, str(plan.train))}), "
+                f"where a real trainer fails (the simulator refuses it rather than run it at no cost); use GPUs with "
+                f"more memory, more training GPUs, or a trace with shorter sequences")
 
     def _finish_step(
         self, j: int, step: StepArrays, plan: Plan, stage: RolloutStage, job: TrainJob, lat: np.ndarray, mode: str,

@@ -115,7 +115,7 @@ def test_a_settled_layout_is_one_reshard_and_the_trainer_then_holds_it() -> None
     ev = CostEvaluator("b200", "qwen3-32b")
     cluster = ClusterSpec(48, "b200", "qwen3-32b")
     steps = [make_step(s, 64, seed=2) for s in range(3)]
-    zero1 = dataclasses.replace(PRIOR_SIZED, zero_stage=1, micro_batch=4, recompute=False)
+    zero1 = dataclasses.replace(PRIOR_SIZED, zero_stage=1, micro_batch=1, recompute=False)  # fits in memory
     res = Simulator(steps, Settling(_plan(48, 24, PRIOR_SIZED), zero1), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
     sc = StepCosts(ev, 8)
     assert [m.transition_s for m in res.steps] == pytest.approx([sc.build_s(zero1), 0.0, 0.0], rel=1e-12)
@@ -256,7 +256,7 @@ def test_a_time_shared_plan_re_lays_at_its_first_training_and_then_holds_that_la
     ev = CostEvaluator("b200", "qwen3-32b")
     cluster = ClusterSpec(24, "b200", "qwen3-32b")
     steps = [make_step(s, 64, seed=2) for s in range(3)]
-    zero1 = dataclasses.replace(PRIOR_SIZED, zero_stage=1, micro_batch=4, recompute=False)
+    zero1 = dataclasses.replace(PRIOR_SIZED, zero_stage=1, micro_batch=1, recompute=False)  # fits in memory
     plan = _colocated(24, PRIOR_SIZED)
     res = Simulator(steps, SettlingOnce(plan, zero1, zero1), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
     sc = StepCosts(ev, 8)

@@ -168,7 +168,8 @@ def loads_ok(loads: list[InstanceLoad]) -> bool:
 
 def one_bucket_plan(n_rollout: int, tp: int, n_gpus: int) -> Plan:
     """A split plan of ``n_rollout // tp`` TP-``tp`` instances in one bucket, the rest training
-    (TP 1, ZeRO-3): a layout to replay alone against the rollout DP's prediction of it."""
+    (TP 1, ZeRO-3, activation recompute, so that it holds the long sequences of the steps it is
+    replayed on): a layout to replay alone against the rollout DP's prediction of it."""
     n_train = n_gpus - n_rollout
-    return Plan(n_rollout_gpus=n_rollout, n_train_gpus=n_train, train=TrainConfig(tp=1, pp=1, dp=n_train, zero_stage=3),
+    return Plan(n_rollout_gpus=n_rollout, n_train_gpus=n_train, train=TrainConfig(tp=1, pp=1, dp=n_train, zero_stage=3, recompute=True),
                 instances=uniform_instances(n_rollout, tp, 8), buckets=(Bucket(0, tp, 0, None),))

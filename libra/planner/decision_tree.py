@@ -291,7 +291,7 @@ class DecisionTree:
 
         Why: a sequence as long as the declared limit may come in any step, and a real trainer
         sized for shorter ones runs out of memory on it (verl sizes its token budget per GPU
-        from max_prompt_length + max_response_length); the simulator charges no OOM, so a plan
+        from max_prompt_length + max_response_length); the simulator charged no OOM until session 23, so a plan
         sized below the limit ran strategies no real run could (verl-static-uniform trained a
         never-lose SWE trace with TP 1, no recompute, checked at its prior's 7K-token sequences,
         where the trace's reached 16K: 130 s per step against 157 s for a strategy that holds

@@ -46,9 +46,12 @@ def best_knobs(tree: DecisionTree, train: TrainConfig, tokens: int, seq: int, me
                micro_batch: int | None = None) -> tuple[TrainConfig, float]:
     """The fastest strategy with ``train``'s layout (micro-batch and recompute re-chosen) for a
     batch of ``tokens`` in sequences of mean length ``seq``, holding ``memory`` tokens, and its
-    time (``StepCosts.train_s``, the simulator's charge). ``train`` itself, timed, when no
-    strategy of its layout fits (the simulator charges no OOM, so keeping it is conservative)
-    and on ties; ``micro_batch``: a user's pin, kept as given.
+    time (``StepCosts.train_s``, the simulator's charge). ``train`` itself, timed, on ties and
+    when no strategy of its layout fits (``settle_training`` then moves the layout,
+    ``memory_relayout``; the simulator refuses a training that runs out of memory);
+    ``micro_batch``: a user's pin, kept as given. ``train`` is kept over a slower strategy
+    even where it does not hold ``memory`` (a provisional layout, priced before any training,
+    ``Planner._kept``); ``settle_training`` checks what it returns.
 
     Both sides use it: the backend settling a step about to train (``settle_training``) and the
     planner pricing the plan in force for the next step (``Planner._search``), so that the
@@ -75,7 +78,44 @@ def settle_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, s
     if not batch.n:
         return train
     tokens, seq, memory = batch_shape(tree, batch, seen, declared_context, cap_gpus)
-    return best_knobs(tree, train, tokens, seq, memory, micro_batch)[0]
+    cfg = best_knobs(tree, train, tokens, seq, memory, micro_batch)[0]
+    if holds_in_memory(tree, cfg, memory):
+        return cfg
+    return memory_relayout(tree, cfg, batch, tokens, seq, memory, micro_batch)
+
+
+def holds_in_memory(tree: DecisionTree, cfg: TrainConfig, seq_len: int) -> bool:
+    """Whether ``cfg`` trains a ``seq_len``-token sequence within each GPU's memory (the cost
+    model's check, the one every strategy the tree ranks passed; the simulator refuses a training
+    that fails it, ``sim.loop``)."""
+    return bool(getattr(memory_report(tree.ev, cfg, max(1, int(seq_len))), "fits", True))
+
+
+def memory_relayout(tree: DecisionTree, train: TrainConfig, batch: StepArrays, tokens: int, seq: int, memory: int,
+                    micro_batch: int | None = None) -> TrainConfig:
+    """A strategy on ``train``'s GPUs for a batch ``train``'s layout cannot hold: the fastest
+    that holds ``memory`` (the longest sequence seen, or the declared limit), else the fastest
+    that holds this batch's own longest sequence; ``train`` itself when none does (the
+    simulator then refuses the step: a real trainer runs out of memory).
+
+    Why: a plan sizes its layout for the sequences seen when it was made; a later batch may bring
+    a longer one (a plan made before it, at K >= 1; a step longer than any before). With no
+    strategy of the layout holding it, the settle kept the layout and the simulator, which charged
+    no out-of-memory, trained 49.8K-token sequences of Llama-3.1-70B on 72 H100 where no strategy
+    of that layout holds them (held_out_31 sweagent-rep/h100-120-l70b, SIMULATED). A real
+    trainer re-shards onto a layout that holds them (the backend charges the re-shard) or fails.
+    Same-layout knobs come first (no re-shard), then any layout on the same GPUs; a user's
+    micro-batch pin is kept where a strategy holding the sequence allows it."""
+    longest = int(-(-max(int(batch.total_tokens.max()) if batch.n else 1, 1) // 256) * 256)
+    timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
+    for need in dict.fromkeys((memory, min(memory, longest))):
+        res = enumerate_strategies(tree.ev, train.n_gpus, max(1, tokens // max(1, seq)), need, tree.gpus_per_node, timer, bound=False)
+        fitting = [cfg for _, cfg in res.ranked]  # fastest first
+        pinned = [c for c in fitting if micro_batch is None or c.micro_batch == micro_batch] or fitting
+        same = [c for c in pinned if same_layout(c, train)]
+        if same or pinned:
+            return (same or pinned)[0]
+    return train
 
 
 def batch_shape(tree: DecisionTree, batch: StepArrays, seen: Sequence[StepArrays], declared_context: int | None,
@@ -174,7 +214,7 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
         return steps * train_s + reshard_s
 
     # staying costs no re-shard, and is no option when the layout cannot hold the batch (a launch
-    # layout sized for a shorter prior, ``Planner._launch_layout``; the simulator charges no OOM)
+    # layout sized for a shorter prior, ``Planner._launch_layout``; the simulator refuses it)
     holds = bool(getattr(memory_report(tree.ev, settled, memory), "fits", True))
     best, best_s = settled, (price(settled, float(timer(settled)), 0.0) if holds else float("inf"))
     res = enumerate_strategies(tree.ev, settled.n_gpus, max(1, tokens // seq), memory, tree.gpus_per_node, timer, bound=False)

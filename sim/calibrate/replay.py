@@ -135,8 +135,9 @@ def simulate(shape: RunShape, steps: Sequence[StepArrays], cluster: ClusterSpec,
     from sim.loop import SimConfig, Simulator
 
     plan = fixed_plan(shape, cluster.gpus_per_node)
+    # the run's own configuration, which ran: not refused by the memory model (``train_memory_check``)
     cfg = SimConfig(noise_sigma=noise, seed=seed, mini_batches=shape.mini_batches, kl=1.0 if shape.kl else 0.0,
-                    max_staleness=shape.max_staleness)
+                    max_staleness=shape.max_staleness, train_memory_check=False)
     res = Simulator(steps, FixedPlanPolicy(plan), cluster, costs, cfg).run()
     out = []
     for s, m in zip(steps, res.steps):

@@ -1,0 +1,103 @@
+"""A training whose layout cannot hold the batch's longest sequence: the settle moves it to one
+that does (``libra.planner.settle.memory_relayout``), and the simulator refuses one that still
+does not fit, as a real trainer runs out of memory (``sim.loop``). Before, the settle kept the
+layout and the simulator charged no out-of-memory (held_out_31: Libra trained 49.8K-token
+sequences of Llama-3.1-70B on 72 H100 where no strategy of its layout holds them, SIMULATED)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cost_models import CostEvaluator
+from libra.cluster import ClusterSpec
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, memory_report, training_time_fn
+from libra.planner.plan import Bucket, Plan, TrainConfig, same_layout
+from libra.planner.settle import batch_shape, settle_training
+from libra.planner.step_costs import StepCosts
+from libra.policies.static import uniform_instances
+from sim.costs import SimCosts
+from sim.instance import SimulationError
+from sim.loop import SimConfig, Simulator
+from test_sim_support import FixedPolicy, make_step
+
+GPU, MODEL, N = "h100", "qwen3-30b-a3b", 16
+
+
+@pytest.fixture(scope="module")
+def tree() -> DecisionTree:
+    return DecisionTree(StepCosts(CostEvaluator(GPU, MODEL), 8), 8)
+
+
+def _long_step(step: int = 0) -> Any:
+    return make_step(step, 16, seed=5, turns=(5, 5), gen=(6000, 6100))  # ~32K-token sequences
+
+
+def _short_sized(tree: DecisionTree, long_step: Any) -> TrainConfig:
+    """The fastest strategy on ``N`` GPUs sized for 2K-token sequences that cannot hold the long
+    step's sequences with any micro-batch or recompute of its layout."""
+    tokens, seq, memory = batch_shape(tree, long_step, [long_step], None, N)
+    timer = training_time_fn(tree.costs, tokens, seq)
+    fitting = [cfg for _, cfg in enumerate_strategies(tree.ev, N, 16, memory, 8, timer, bound=False).ranked]
+    short = [cfg for _, cfg in enumerate_strategies(tree.ev, N, 16, 2048, 8, timer, bound=False).ranked]
+    return next(cfg for cfg in short if not any(same_layout(cfg, f) for f in fitting))
+
+
+def test_a_layout_that_cannot_hold_the_batch_is_settled_onto_one_that_can(tree: DecisionTree) -> None:
+    long_step = _long_step()
+    small = _short_sized(tree, long_step)
+    memory = batch_shape(tree, long_step, [long_step], None, N)[2]
+    assert not memory_report(tree.ev, small, memory).fits
+    got = settle_training(tree, small, long_step, [long_step], None, N)
+    assert got.n_gpus == small.n_gpus and not same_layout(got, small)
+    assert memory_report(tree.ev, got, memory).fits
+    # a batch the layout holds keeps it (only the knobs move)
+    short_step = make_step(0, 16, seed=5)
+    assert same_layout(settle_training(tree, small, short_step, [short_step], None, N), small)
+
+
+class Fixed(FixedPolicy):
+    """A fixed split whose training is settled by ``settle_training`` (as every policy's is), or
+    not at all."""
+
+    def __init__(self, plan: Plan, settles: bool) -> None:
+        super().__init__(plan)
+        self.settles = settles
+        self.tree = DecisionTree(StepCosts(CostEvaluator(GPU, MODEL), 8), 8)
+
+    def settle_training(self, plan: Plan, batch: Any, seen: Any) -> TrainConfig:
+        if not self.settles:
+            return plan.train
+        return settle_training(self.tree, plan.train, batch, seen, None, plan.n_train_gpus)
+
+
+def _plan(train: TrainConfig, colocated: bool = False) -> Plan:
+    """``N`` training GPUs: beside ``N`` rollout GPUs (a split), or time-shared with them."""
+    return Plan(n_rollout_gpus=N, n_train_gpus=N, train=train, instances=uniform_instances(N, 8, 8),
+                buckets=(Bucket(0, 8, 0, None),), colocated=colocated)
+
+
+def test_the_simulator_refuses_a_training_that_runs_out_of_memory(tree: DecisionTree) -> None:
+    steps = [make_step(0, 16, seed=5), _long_step(1)]
+    small = _short_sized(tree, steps[1])
+    ev = CostEvaluator(GPU, MODEL)
+    with pytest.raises(SimulationError, match=r"cannot train step 1: its longest sequence .* does not fit in memory"):
+        Simulator(steps, Fixed(_plan(small), settles=False), ClusterSpec(2 * N, GPU, MODEL), SimCosts(ev),
+                  SimConfig(noise_sigma=0.0)).run()
+    # settled onto a layout that holds it, the step trains, paying the re-shard
+    res = Simulator(steps, Fixed(_plan(small), settles=True), ClusterSpec(2 * N, GPU, MODEL), SimCosts(ev),
+                    SimConfig(noise_sigma=0.0)).run()
+    assert res.steps[0].transition_s == 0.0 and res.steps[1].transition_s > 0.0
+
+
+def test_a_time_shared_plan_may_re_lay_for_a_batch_its_held_layout_cannot_hold(tree: DecisionTree) -> None:
+    """After its first training a time-shared plan keeps its layout (a change is a plan
+    transition), except when the held layout cannot hold the batch: then the settled re-lay is
+    a re-shard the simulator charges, not a refusal."""
+    steps = [make_step(0, 16, seed=5), _long_step(1)]
+    small = _short_sized(tree, steps[1])
+    ev = CostEvaluator(GPU, MODEL)
+    res = Simulator(steps, Fixed(_plan(small, colocated=True), settles=True), ClusterSpec(N, GPU, MODEL), SimCosts(ev),
+                    SimConfig(noise_sigma=0.0)).run()
+    assert res.steps[1].transition_s > 0.0
