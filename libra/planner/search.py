@@ -90,7 +90,7 @@ from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_stra
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
-from libra.planner.settle import best_knobs, pipeline_run_s
+from libra.planner.settle import pipeline_run_s, settled_knobs
 from libra.planner.stats import PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
@@ -1147,8 +1147,10 @@ class Planner:
     def kept_knobs(self, train: TrainConfig, tokens: int, seq: int, memory: int) -> tuple[TrainConfig, float]:
         """The plan in force's training ``train`` with the micro-batch and recompute the step
         will settle for a batch of ``tokens`` / ``seq`` holding ``memory`` tokens
-        (``libra.planner.settle.best_knobs``, the user's ``micro_batch`` pin kept), and its time."""
-        return best_knobs(self.tree, train, tokens, seq, memory, self.options.micro_batch)
+        (``libra.planner.settle.settled_knobs``: ``best_knobs``, or a strategy holding the forecast
+        batch's longest sequence, ``memory``, when those knobs cannot; the user's
+        ``micro_batch`` pin kept), and its time."""
+        return settled_knobs(self.tree, train, tokens, seq, memory, memory, self.options.micro_batch)
 
     def tree_time(self, cfg: TrainConfig, tokens: int, seq: int) -> float:
         """The training stage of ``cfg``, exactly as the decision tree times its leaves."""

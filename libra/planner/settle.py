@@ -78,10 +78,22 @@ def settle_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, s
     if not batch.n:
         return train
     tokens, seq, memory = batch_shape(tree, batch, seen, declared_context, cap_gpus)
-    cfg = best_knobs(tree, train, tokens, seq, memory, micro_batch)[0]
-    if holds_in_memory(tree, cfg, memory):
-        return cfg
-    return memory_relayout(tree, cfg, batch, tokens, seq, memory, micro_batch)
+    return settled_knobs(tree, train, tokens, seq, memory, int(batch.total_tokens.max()), micro_batch)[0]
+
+
+def settled_knobs(tree: DecisionTree, train: TrainConfig, tokens: int, seq: int, memory: int, longest: int,
+                  micro_batch: int | None = None) -> tuple[TrainConfig, float]:
+    """The strategy a batch of ``tokens`` / ``seq`` whose longest sequence is ``longest`` trains
+    with on ``train``'s GPUs, and its time: ``best_knobs`` (holding ``memory``) when that holds
+    ``longest``, what the simulator checks (a plan made before any training may carry knobs
+    sized below ``memory``, ``Planner._kept``; those still train a batch they hold), else
+    ``memory_relayout``. The settle and the planner's price of staying (``Planner.kept_knobs``)
+    both use it, so the planner forecasts what the simulator runs."""
+    cfg, t = best_knobs(tree, train, tokens, seq, memory, micro_batch)
+    if holds_in_memory(tree, cfg, longest):
+        return cfg, t
+    new = memory_relayout(tree, cfg, longest, tokens, seq, memory, micro_batch)
+    return new, float(training_time_fn(tree.costs, tokens, seq, tree.kl)(new))
 
 
 def holds_in_memory(tree: DecisionTree, cfg: TrainConfig, seq_len: int) -> bool:
@@ -91,11 +103,11 @@ def holds_in_memory(tree: DecisionTree, cfg: TrainConfig, seq_len: int) -> bool:
     return bool(getattr(memory_report(tree.ev, cfg, max(1, int(seq_len))), "fits", True))
 
 
-def memory_relayout(tree: DecisionTree, train: TrainConfig, batch: StepArrays, tokens: int, seq: int, memory: int,
+def memory_relayout(tree: DecisionTree, train: TrainConfig, longest: int, tokens: int, seq: int, memory: int,
                     micro_batch: int | None = None) -> TrainConfig:
-    """A strategy on ``train``'s GPUs for a batch ``train``'s layout cannot hold: the fastest
-    that holds ``memory`` (the longest sequence seen, or the declared limit), else the fastest
-    that holds this batch's own longest sequence; ``train`` itself when none does (the
+    """A strategy on ``train``'s GPUs for a batch whose ``longest`` sequence ``train``'s layout
+    cannot hold: the fastest that holds ``memory`` (the longest sequence seen, or the declared
+    limit), else the fastest that holds ``longest``; ``train`` itself when none does (the
     simulator then refuses the step: a real trainer runs out of memory).
 
     Why: a plan sizes its layout for the sequences seen when it was made; a later batch may bring
@@ -106,7 +118,7 @@ def memory_relayout(tree: DecisionTree, train: TrainConfig, batch: StepArrays, t
     trainer re-shards onto a layout that holds them (the backend charges the re-shard) or fails.
     Same-layout knobs come first (no re-shard), then any layout on the same GPUs; a user's
     micro-batch pin is kept where a strategy holding the sequence allows it."""
-    longest = int(-(-max(int(batch.total_tokens.max()) if batch.n else 1, 1) // 256) * 256)
+    longest = int(-(-max(int(longest), 1) // 256) * 256)
     timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
     for need in dict.fromkeys((memory, min(memory, longest))):
         res = enumerate_strategies(tree.ev, train.n_gpus, max(1, tokens // max(1, seq)), need, tree.gpus_per_node, timer, bound=False)
