@@ -55,3 +55,9 @@ class Policy(Protocol):
     # streamed one), with that batch and every step whose rollout is over (``batch`` among them),
     # and run the strategy it returns: the plan's layout with the micro-batch and recompute set
     # for the batch (``libra.planner.settle``). Without it the plan's strategy runs.
+    # Optional: ``training_plan(plan, latest: Plan) -> Plan``. Backends call it when a step's
+    # (unstreamed, split) training is about to start and a later step's plan (``latest``) has
+    # been made with another training split or layout; it returns ``plan`` or ``latest``, and
+    # with ``latest`` the backend trains the step on that plan's training GPUs and layout when
+    # they are free (a re-shard, the price of ``latest``'s move, charged once). Without it every
+    # step trains under its own plan.

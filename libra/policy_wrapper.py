@@ -62,6 +62,12 @@ class PolicyWrapper:
         inner = getattr(self.inner, "settle_training", None)
         return plan.train if inner is None else inner(plan, batch, seen)
 
+    def training_plan(self, plan: Plan, latest: Plan) -> Plan:
+        """Forwarded to a policy that trains a step under a later plan's split
+        (``Policy.training_plan``); without one, the step's own plan."""
+        inner = getattr(self.inner, "training_plan", None)
+        return plan if inner is None else inner(plan, latest)
+
     def __getattr__(self, name: str) -> Any:
         if name in type(self)._own:
             raise AttributeError(name)

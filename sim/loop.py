@@ -236,6 +236,8 @@ class Simulator:
         self._prev_plan: Plan | None = None
         self._transitions: list[Transition] = [Transition()] * n
         self._planned_train: list[Any] = [None] * n  # each step's plan's training strategy, before any settling
+        self._plans: list[Plan | None] = [None] * n  # each step's plan, as the policy made it
+        self._train_split: list[int | None] = [None] * n  # training GPUs a step trained on, when a later plan's (``_adopt``)
         self._held_train: tuple[Plan, Any] | None = None  # (plan, strategy) of the last training: what the trainer holds
         self._charged: list[list[float]] = [[0.0, 0.0] for _ in range(n)]  # transition charged: rollout side, training side
         self._step_loop: list[tuple[str, int]] = [("sync", 0)] * n  # (loop that ran, staleness)
@@ -266,6 +268,7 @@ class Simulator:
                 if prev_eng is not None and j - 1 - k_prev >= 0:
                     yield self.synced[j - 1 - k_prev]  # the staleness gate if the plan stays: plan with what it lets be known
             plan = self.policy.plan(self.cluster, tuple(self.history), step.prompt_tokens.copy())
+            self._plans[j] = plan
             mode = self.cfg.mode or plan.mode
             if mode not in ("sync", "async"):
                 raise SimulationError(f"policy {self.result.policy}: plan mode {mode!r} is neither sync nor async")
@@ -437,6 +440,7 @@ class Simulator:
         yield start
         if j > 0:
             yield self.synced[j - 1]
+        plan, adopted = self._adopt(j, plan, job)
         owner = ("train", step.step)
         yield self.ledger.acquire(job.gpus, owner)
         held = self._held_train  # (plan, layout) the trainer holds; None before the first training
@@ -465,7 +469,9 @@ class Simulator:
             changed = trans.train_changed or (held is None and not same_layout(plan.train, self._planned_train[j]))
         self._held_train = (plan, plan.train)
         if changed:  # re-shard for the new strategy
-            if trans.train_changed and same_layout(plan.train, self._planned_train[j]):
+            if adopted is not None and self._transitions[adopted].train_changed and same_layout(plan.train, self._planned_train[adopted]):
+                base = self._transitions[adopted].to_train_s  # the later plan's move, priced as the planner priced it
+            elif trans.train_changed and same_layout(plan.train, self._planned_train[j]):
                 base = trans.to_train_s
             elif held is None:  # the first training re-lays before any update: weights only (``StepCosts.build_s``)
                 base = self.costs.step.build_s(plan.train)
@@ -499,6 +505,42 @@ class Simulator:
             ev = env.timeout(loan.return_s)
             ev.callbacks.append(lambda _e, g=loan.gpus, o=("return", id(job)): self.ledger.release(g, o))
         return ts, switch_in, switch_out, sync
+
+    def _adopt(self, j: int, plan: Plan, job: TrainJob) -> tuple[Plan, int | None]:
+        """Step ``j``'s training on the latest plan's training GPUs and layout, when the policy
+        asks for it (``Policy.training_plan``) and those GPUs are free now; else ``plan``.
+        Returns the plan the training runs under and the index of the adopted plan (None).
+
+        Why: at K >= 1 a step's training may start after a later step's plan moved the split
+        (the next rollout already runs on the new layout), and the GPUs the move gave training
+        stood idle until that later step trained: MedAgentBench on 40 A800 (Llama-3.1-8B, K=1)
+        trained step 1 on the first plan's 16 GPUs in 17.5 s while the 12 GPUs step 2's plan had
+        moved to training sat free (held_out_31, 0.906x of areal-static-optimal, SIMULATED). The
+        re-shard the move costs is charged here instead of at the later step's training (the
+        trainer then holds that layout), at the price the planner gave the move."""
+        ask = getattr(self.policy, "training_plan", None)
+        later = [i for i in range(j + 1, len(self._plans)) if self._plans[i] is not None]
+        if ask is None or not later or job.feed is not None or plan.colocated:
+            return plan, None
+        i = later[-1]
+        latest = self._plans[i]
+        assert latest is not None
+        if latest.colocated or (latest.n_train_gpus == plan.n_train_gpus and same_layout(latest.train, plan.train)):
+            return plan, None
+        want = ask(plan, latest)
+        if want is plan or want == plan:
+            return plan, None
+        if want is not latest and want != latest:
+            raise SimulationError(f"policy {self.result.policy} asked step {self.steps[j].step} to train under a plan that is "
+                                  f"neither its own nor the latest (step {self.steps[i].step}'s)")
+        gpus = self._train_gpus(latest, self._instance_gpus(latest))
+        if not self.ledger.is_free(gpus):
+            return plan, None  # a rollout (or a loan) still holds some: train where planned
+        job.gpus = gpus
+        job.settle(latest.train)
+        self._train_gpu_sets[j] = frozenset(gpus)
+        self._train_split[j] = latest.n_train_gpus
+        return dataclasses.replace(plan, n_train_gpus=latest.n_train_gpus, train=latest.train, instances=latest.instances), i
 
     def _holds(self, train: TrainConfig, step: StepArrays) -> bool:
         """Whether ``train`` holds ``step``'s longest sequence (prompt, generated and returned
@@ -630,7 +672,7 @@ class Simulator:
             fault_requeued=rs.fault_requeued,
             events=rs.intervals + int((step.tool_code >= 0).sum()),
             n_rollout_gpus=plan.n_rollout_gpus,
-            n_train_gpus=plan.n_train_gpus,
+            n_train_gpus=self._train_split[j] if self._train_split[j] is not None else plan.n_train_gpus,
             rollout_tps="/".join(f"{tp}x{tps.count(tp)}" for tp in sorted(set(tps))),
             predicted_rollout_s=plan.predicted_rollout_s,
             predicted_train_s=plan.predicted_train_s,
