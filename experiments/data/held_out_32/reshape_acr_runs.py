@@ -44,7 +44,7 @@ def git(gd: str, *args: str) -> bytes:
 
 def ls(gd: str, path: str) -> list[tuple[str, str, str]]:
     out = git(gd, "ls-tree", COMMIT, path.rstrip("/") + "/").decode()
-    return [(t, b, p) for _m, t, b, p in (l.split(None, 3) for l in out.splitlines())]
+    return [(t, b, p) for _m, t, b, p in (line.split(None, 3) for line in out.splitlines())]
 
 
 def action_of(text: str) -> str:
@@ -141,7 +141,7 @@ def main(gd: str, out: str) -> None:
     solved = collections.Counter(sum(t["info"]["resolved"] for t in v.values()) for v in runs.values())
     print("instances by trials resolved", dict(sorted(solved.items())))
     print("assistant messages per run min/median/max", min(per_run_turns), statistics.median(per_run_turns), max(per_run_turns))
-    digest_lines.sort(key=lambda l: l.split("  ", 1)[1])
+    digest_lines.sort(key=lambda line: line.split("  ", 1)[1])
     print(f"source files read: {len(digest_lines)}; digest (sha256 of sorted 'sha256  path' lines)",
           hashlib.sha256("\n".join(digest_lines).encode()).hexdigest())
 
