@@ -49,7 +49,9 @@ def test_planner_picks_the_fastest_loop_the_class_allows(ev: CostEvaluator) -> N
     off = POLICIES["libra"](CLUSTER, ev=ev, max_staleness=1).plan(CLUSTER, hist, hist[-1].prompt_tokens)
     assert off.mode == "async" and off.max_staleness == 1 and not off.streaming
     loops = off.notes["loop_step_s"]
-    assert set(loops) == {"sync", "sync+streaming", "async"}
+    # streaming is priced only with a strategy that holds twice the longest sequence seen
+    # (``STREAM_MEMORY_HEADROOM``: nothing settles a streamed step)
+    assert {"sync", "async"} <= set(loops) <= {"sync", "sync+streaming", "async"}
     assert loops["async"] == min(loops.values()) and off.predicted_step_s == pytest.approx(loops["async"])
     assert off.predicted_step_s < on.predicted_step_s  # allowing staleness paid
     # async is the simulator's continuous generation: max(throughput, train + sync, the staleness

@@ -101,3 +101,28 @@ def test_a_time_shared_plan_may_re_lay_for_a_batch_its_held_layout_cannot_hold(t
     res = Simulator(steps, Fixed(_plan(small, colocated=True), settles=True), ClusterSpec(N, GPU, MODEL), SimCosts(ev),
                     SimConfig(noise_sigma=0.0)).run()
     assert res.steps[1].transition_s > 0.0
+
+
+def test_a_streamed_plan_holds_twice_the_longest_sequence_seen() -> None:
+    """Nothing settles a streamed step (its training starts before its batch is complete), so
+    the planner streams only with a strategy that holds ``STREAM_MEMORY_HEADROOM`` times the
+    longest sequence seen. held_out_32: Libra streamed InterCode-Bash's step 2 on 48 H200 with
+    Llama-3.1-70B in TP 4 x DP 8 ZeRO-1 at micro-batch 1 without recompute, sized on step 1's
+    2,742-token longest; the step's 3,565-token sequence needs 144 GB of 141 (SIMULATED)."""
+    import os
+
+    from libra.planner.search import STREAM_MEMORY_HEADROOM
+    from libra.policies import PolicyOptions, resolve
+    from sim.replay import load_steps
+
+    log = os.path.join(os.path.dirname(__file__), "..", "experiments", "data", "held_out_11", "intercode-bash-gpt-4.jsonl.gz")
+    steps, _ = load_steps(log)
+    cluster = ClusterSpec(48, "h200", "llama-3.1-70b")
+    pol = resolve("libra", cluster, PolicyOptions())
+    hist = steps[:2]
+    plan = pol.plan(cluster, hist, steps[2].prompt_tokens)
+    longest = max(int(s.total_tokens.max()) for s in hist)
+    ev = CostEvaluator("h200", "llama-3.1-70b")
+    if plan.streaming:
+        assert memory_report(ev, plan.train, int(longest * STREAM_MEMORY_HEADROOM)).fits
+    assert memory_report(ev, plan.train, int(steps[2].total_tokens.max())).fits

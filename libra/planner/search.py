@@ -90,7 +90,7 @@ from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_stra
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
-from libra.planner.settle import pipeline_run_s, settled_knobs
+from libra.planner.settle import longest_sequence, pipeline_run_s, settled_knobs
 from libra.planner.stats import PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
@@ -561,6 +561,16 @@ UNSETTLED_FIRST_STEP = "sync+streaming"
 #: token runs) on 40 GB200 from time-shared to a split, 0.992 -> 0.942x of verl-colocated (K = 0).
 LAUNCH_STRETCH = 1 / 9
 
+#: A streamed step starts training before its batch is complete, so nothing settles its knobs or
+#: layout for the batch (``libra.planner.settle``): a split streams only with a training strategy
+#: that holds this many times the longest sequence seen (or the declared limit, when the run declares
+#: one, which every strategy the search prices already holds). Why: the simulator refuses a training
+#: that cannot hold its batch (a real trainer's out-of-memory), and held_out_32's K = 0 rows streamed
+#: steps whose knobs were sized on the longest sequence before them, which a longer one did not
+#: fit: 9 of Libra's 11 failed configurations (intercode-bash on 48 H200 / Llama-3.1-70B, a
+#: 5,125-token sequence after 2,742-3,565-token steps; SIMULATED).
+STREAM_MEMORY_HEADROOM = 2.0
+
 #: A loop class (``loop_class``) as the search's (mode, streaming) pin of a split plan.
 LOOP_OF_CLASS: dict[str, tuple[LoopMode, bool]] = {"sync": ("sync", False), "sync+streaming": ("sync", True), "async": ("async", False)}
 
@@ -1003,6 +1013,19 @@ class Planner:
         amortize = self.amortize_over(len(history))
         left = None if self.options.run_steps is None or not filling else max(1, int(self.options.run_steps) - len(history))
 
+        limit = declared_context(self.cluster)
+        longest = max(seq_max, longest_sequence(history))  # the forecast's tail, or a sequence measured
+        stream_memory = int(-(-int(longest * STREAM_MEMORY_HEADROOM) // 256) * 256)
+        stream_memory = max(seq_max, min(stream_memory, limit) if limit else stream_memory)
+        stream_memo: dict[TrainConfig, bool] = {}
+
+        def stream_holds(cfg: TrainConfig) -> bool:
+            """Whether ``cfg`` may train a streamed step (``STREAM_MEMORY_HEADROOM``)."""
+            hit = stream_memo.get(cfg)
+            if hit is None:
+                hit = stream_memo[cfg] = bool(getattr(memory_report(self.ev, cfg, stream_memory), "fits", True))
+            return hit
+
         def price(n_train: int, cfg: TrainConfig, train_time_s: float, ro: RolloutChoice) -> Candidate | None:
             """The best allowed loop for training ``cfg`` on ``n_train`` GPUs and rollout ``ro``."""
             corr = correction.factor(len(ro.layout.tps))
@@ -1026,6 +1049,8 @@ class Planner:
             best_c: Candidate | None = None
             per_loop: dict[str, float] = {}
             for mode, streaming in loops:
+                if streaming and not stream_holds(cfg):
+                    continue  # nothing settles a streamed step: its knobs must hold a longer batch
                 if streaming:
                     base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches, ready, ready_fraction)
                 else:
