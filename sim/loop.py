@@ -55,7 +55,7 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.bounds import step_bound
 from libra.planner.costs import nvlink_domain
-from libra.planner.decision_tree import memory_report, report_line
+from libra.planner.decision_tree import fits_in_memory, memory_report, report_line
 from libra.planner.feedback import StepOutcome
 from libra.planner.packing import instance_gpus, placement_error
 from libra.planner.plan import Plan, TrainConfig, same_layout
@@ -237,6 +237,7 @@ class Simulator:
         self._transitions: list[Transition] = [Transition()] * n
         self._planned_train: list[Any] = [None] * n  # each step's plan's training strategy, before any settling
         self._plans: list[Plan | None] = [None] * n  # each step's plan, as the policy made it
+        self._latest_planned = -1  # the last step planned (the driver plans in order)
         self._train_split: list[int | None] = [None] * n  # training GPUs a step trained on, when a later plan's (``_adopt``)
         self._held_train: tuple[Plan, Any] | None = None  # (plan, strategy) of the last training: what the trainer holds
         self._charged: list[list[float]] = [[0.0, 0.0] for _ in range(n)]  # transition charged: rollout side, training side
@@ -269,6 +270,7 @@ class Simulator:
                     yield self.synced[j - 1 - k_prev]  # the staleness gate if the plan stays: plan with what it lets be known
             plan = self.policy.plan(self.cluster, tuple(self.history), step.prompt_tokens.copy())
             self._plans[j] = plan
+            self._latest_planned = j
             mode = self.cfg.mode or plan.mode
             if mode not in ("sync", "async"):
                 raise SimulationError(f"policy {self.result.policy}: plan mode {mode!r} is neither sync nor async")
@@ -519,10 +521,9 @@ class Simulator:
         re-shard the move costs is charged here instead of at the later step's training (the
         trainer then holds that layout), at the price the planner gave the move."""
         ask = getattr(self.policy, "training_plan", None)
-        later = [i for i in range(j + 1, len(self._plans)) if self._plans[i] is not None]
-        if ask is None or not later or job.feed is not None or plan.colocated:
+        i = self._latest_planned
+        if ask is None or i <= j or job.feed is not None or plan.colocated:
             return plan, None
-        i = later[-1]
         latest = self._plans[i]
         assert latest is not None
         if latest.colocated or (latest.n_train_gpus == plan.n_train_gpus and same_layout(latest.train, plan.train)):
@@ -545,10 +546,8 @@ class Simulator:
     def _holds(self, train: TrainConfig, step: StepArrays) -> bool:
         """Whether ``train`` holds ``step``'s longest sequence (prompt, generated and returned
         tokens) in each GPU's memory: the cost model's check, the one the planner's strategies
-        pass (``libra.planner.decision_tree.memory_report``)."""
-        if not step.n:
-            return True
-        return bool(getattr(memory_report(self.costs.step.ev, train, int(step.total_tokens.max())), "fits", True))
+        pass (``libra.planner.decision_tree.fits_in_memory``)."""
+        return not step.n or fits_in_memory(self.costs.step.ev, train, int(step.total_tokens.max()))
 
     def _oom_message(self, step: StepArrays, plan: Plan) -> str:
         """Why a training cannot run: a real trainer runs out of memory on it. Before this check

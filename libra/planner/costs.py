@@ -14,7 +14,6 @@ NumPy indexing instead of thousands of evaluator calls.
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -145,6 +144,13 @@ def prefill_key(tp: int, new: float, cached: float, k: int) -> tuple[int, int, i
     return (tp, cost_key(new), cost_key(cached), cost_key(k) if k > 16 else int(k))
 
 
+def prefill_at(ev: Any, key: tuple[int, int, int, int]) -> float:
+    """The evaluator's prefill seconds at a ``prefill_key``: the one call behind the simulator's
+    charge (``RolloutCosts.prefill_batch_s``) and the planner's rate (``DecodeTable.prefill_rate``)."""
+    tp, new, cached, k = key
+    return float(ev.prefill_s(tp, max(1, new), cached, k))
+
+
 @dataclass
 class DecodeTable:
     """Per-TP decode coefficients for batch 1..max_running_seqs, and per-token prefill cost.
@@ -187,7 +193,7 @@ class DecodeTable:
         key = prefill_key(tp, new, cached, k)
         v = self._prefill.get(key)
         if v is None:
-            v = self._prefill[key] = float(self.ev.prefill_s(tp, max(1, key[1]), key[2], key[3]))
+            v = self._prefill[key] = prefill_at(self.ev, key)
         return v / max(1.0, float(key[1]) * float(key[3]))
 
     def __post_init__(self) -> None:

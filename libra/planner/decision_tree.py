@@ -235,6 +235,13 @@ def memory_report(ev: CostModel, cfg: TrainConfig, seq_len: int, suggest: bool =
         return ev.train_memory(to_strategy(cfg), seq_len)
 
 
+def fits_in_memory(ev: CostModel, cfg: TrainConfig, seq_len: int) -> bool:
+    """Whether ``cfg`` trains a ``seq_len``-token sequence within each GPU's memory: the check
+    every leaf of the tree passes, the one the settle (``libra.planner.settle``), the search's
+    streaming guard and the simulator's refusal of an out-of-memory training all ask."""
+    return bool(getattr(memory_report(ev, cfg, max(1, int(seq_len))), "fits", True))
+
+
 def report_line(rep: Any, fallback: str) -> str:
     """One line for a memory report: its summary if it has one."""
     summary = getattr(rep, "summary", None)

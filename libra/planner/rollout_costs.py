@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from libra.planner.costs import CostModel, prefill_key
+from libra.planner.costs import CostModel, prefill_at, prefill_key
 from libra.planner.step_costs import StepCosts
 
 
@@ -87,5 +87,5 @@ class RolloutCosts:
         key = prefill_key(tp, new, cached, k)
         v = self._prefill.get(key)
         if v is None:
-            v = self._prefill[key] = float(self.ev.prefill_s(tp, max(1, key[1]), key[2], key[3]))
+            v = self._prefill[key] = prefill_at(self.ev, key)
         return v

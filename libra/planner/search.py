@@ -86,7 +86,7 @@ import numpy as np
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, pp_degrees, valid_tp_degrees
-from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_strategies, memory_report, report_line, training_time_fn
+from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_strategies, fits_in_memory, memory_report, report_line, training_time_fn
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
@@ -1023,7 +1023,7 @@ class Planner:
             """Whether ``cfg`` may train a streamed step (``STREAM_MEMORY_HEADROOM``)."""
             hit = stream_memo.get(cfg)
             if hit is None:
-                hit = stream_memo[cfg] = bool(getattr(memory_report(self.ev, cfg, stream_memory), "fits", True))
+                hit = stream_memo[cfg] = fits_in_memory(self.ev, cfg, stream_memory)
             return hit
 
         def price(n_train: int, cfg: TrainConfig, train_time_s: float, ro: RolloutChoice) -> Candidate | None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from libra.planner.decision_tree import DecisionTree, enumerate_strategies, memory_report, training_time_fn
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, fits_in_memory, training_time_fn
 from libra.planner.plan import TrainConfig, same_layout
 from libra.trace.columnar import StepArrays
 
@@ -90,17 +90,10 @@ def settled_knobs(tree: DecisionTree, train: TrainConfig, tokens: int, seq: int,
     ``memory_relayout``. The settle and the planner's price of staying (``Planner.kept_knobs``)
     both use it, so the planner forecasts what the simulator runs."""
     cfg, t = best_knobs(tree, train, tokens, seq, memory, micro_batch)
-    if holds_in_memory(tree, cfg, longest):
+    if fits_in_memory(tree.ev, cfg, longest):
         return cfg, t
     new = memory_relayout(tree, cfg, longest, tokens, seq, memory, micro_batch)
     return new, float(training_time_fn(tree.costs, tokens, seq, tree.kl)(new))
-
-
-def holds_in_memory(tree: DecisionTree, cfg: TrainConfig, seq_len: int) -> bool:
-    """Whether ``cfg`` trains a ``seq_len``-token sequence within each GPU's memory (the cost
-    model's check, the one every strategy the tree ranks passed; the simulator refuses a training
-    that fails it, ``sim.loop``)."""
-    return bool(getattr(memory_report(tree.ev, cfg, max(1, int(seq_len))), "fits", True))
 
 
 def memory_relayout(tree: DecisionTree, train: TrainConfig, longest: int, tokens: int, seq: int, memory: int,
@@ -227,7 +220,7 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
 
     # staying costs no re-shard, and is no option when the layout cannot hold the batch (a launch
     # layout sized for a shorter prior, ``Planner._launch_layout``; the simulator refuses it)
-    holds = bool(getattr(memory_report(tree.ev, settled, memory), "fits", True))
+    holds = fits_in_memory(tree.ev, settled, memory)
     best, best_s = settled, (price(settled, float(timer(settled)), 0.0) if holds else float("inf"))
     res = enumerate_strategies(tree.ev, settled.n_gpus, max(1, tokens // seq), memory, tree.gpus_per_node, timer, bound=False)
     for t, cfg in res.ranked:
