@@ -311,12 +311,43 @@ def test_async_move_towards_rollout_waits_for_the_previous_training(ev: CostEval
     for c in fewer:
         plain = transition_s(ev, cluster, cur, c.n_train, c.train, c.rollout.instances, "sync")
         assert transition_s(ev, cluster, cur, c.n_train, c.train, c.rollout.instances, "async") == pytest.approx(plain + cur.predicted_train_s)
-    # ... and the search charges exactly that to the candidates it prices
+    # ... and the search charges that to the candidates it prices, with the in-force layout's
+    # training re-priced on the statistics it plans from (what the moving GPUs still train)
     res = planner.search(hist, hist[-1].prompt_tokens, current=cur)
+    stats = compute_stats(hist, hist[-1].prompt_tokens, window=planner.options.window)
+    tokens, seq, seq_max = planner.train_shape(stats)
+    in_force = planner.kept_knobs(cur.train, tokens, seq, planner.train_memory_length(tokens, seq, seq_max))[1] \
+        + planner.step_costs.step_fixed_s(stats.n_trajectories)
     for c in res.candidates:
-        assert c.transition_s == pytest.approx(transition_s(ev, cluster, cur, c.n_train, c.train, c.rollout.instances, c.mode))
+        assert c.transition_s == pytest.approx(transition_s(ev, cluster, cur, c.n_train, c.train, c.rollout.instances, c.mode, in_force))
         if c.n_train >= cur.n_train_gpus:
             assert c.transition_s == pytest.approx(transition_s(ev, cluster, cur, c.n_train, c.train, c.rollout.instances, "sync"))
+
+
+def test_a_move_waits_for_the_training_measured_steps_forecast_not_the_priors(ev: CostEvaluator) -> None:
+    """A plan made from a prior carries the prior's training time; once steps were measured, the
+    wait an async move towards rollout pays is the in-force layout's training re-priced on them.
+    Why: a short log's first split was planned from the 64K-token default prior at 427 s of
+    training that ran 24 s, and the move off it was priced at 142 s a step (held_out_32
+    bfcl-gptoss/h200-48-l70b/K1, SIMULATED)."""
+    from libra.planner.transfers import transition_s
+
+    cluster = ClusterSpec(16, "a800", "qwen3-8b")
+    planner = Planner(cluster, ev, SearchOptions(colocated=False, mode="async", max_staleness=1))
+    hist = make_history(2, n=64)
+    first = Planner(cluster, ev, SearchOptions(colocated=False, mode="sync", streaming=False)).search(hist, hist[-1].prompt_tokens)
+    cur = planner.to_plan(replace(first, best=max(first.candidates, key=lambda c: c.n_train)))
+    stale = replace(cur, predicted_train_s=cur.predicted_train_s * 20.0)  # as a prior's forecast may be
+    fresh = planner.search(hist, hist[-1].prompt_tokens, current=cur)
+    stale_res = Planner(cluster, ev, SearchOptions(colocated=False, mode="async", max_staleness=1)).search(
+        hist, hist[-1].prompt_tokens, current=stale)
+    moves = {(c.n_train, c.train): c.transition_s for c in fresh.candidates if c.n_train < cur.n_train_gpus}
+    assert moves
+    for c in stale_res.candidates:
+        if (c.n_train, c.train) in moves:
+            assert c.transition_s == pytest.approx(moves[(c.n_train, c.train)])
+            plain = transition_s(ev, cluster, stale, c.n_train, c.train, c.rollout.instances, "sync")
+            assert c.transition_s < plain + stale.predicted_train_s / 2
 
 
 def test_no_training_limit_leaves_the_plans_unchanged(ev: CostEvaluator) -> None:

@@ -47,19 +47,27 @@ def transition_s(
     train: TrainConfig,
     instances: Sequence[RolloutInstance],
     mode: str = "sync",
+    in_force_train_s: float | None = None,
 ) -> float:
     """One-off cost of moving from ``current`` to the candidate (0 without a current plan).
 
     Async mode: GPUs that move from training to rollout are still training the previous step
     (its training overlaps this rollout) and serve rollout only once it ends, so the move also
-    costs the in-force plan's predicted training time (``current.predicted_train_s``): the
-    rollout work placed on those instances waits that long. Measured before this charge: a
-    32:16 -> 36:12 move on the SWE trace (48 A800s) made one rollout 711 s instead of ~460 s.
+    costs that training's time: ``in_force_train_s``, the in-force layout's training re-priced
+    on the statistics the search plans from, or, without it, the time predicted when the plan
+    was made (``current.predicted_train_s``): the rollout work placed on those instances waits
+    that long. Measured before this charge: a 32:16 -> 36:12 move on the SWE trace (48 A800s)
+    made one rollout 711 s instead of ~460 s.
+
+    Why re-priced: a plan made from the prior carries the prior's training time, and a short
+    log's trainings run a small fraction of it. Charging the prior's 427 s where the step
+    trained in 24 s priced the move off a first 8:40 split at 142 s a step, and Libra kept it a
+    step longer (held_out_32 bfcl-gptoss/h200-48-l70b/K1, SIMULATED).
     """
     if current is None:
         return 0.0
     cost = _costs(ev, cluster).transition(current, n_train, train, instances).total_s
-    if (mode == "async" and not current.colocated and n_train < current.n_train_gpus
-            and np.isfinite(current.predicted_train_s)):
-        cost += float(current.predicted_train_s)
+    wait = float(current.predicted_train_s) if in_force_train_s is None else float(in_force_train_s)
+    if mode == "async" and not current.colocated and n_train < current.n_train_gpus and np.isfinite(wait):
+        cost += wait
     return cost
