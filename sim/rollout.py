@@ -13,7 +13,10 @@ system could answer at each moment (``TrajectoryObservation`` carries no future)
   before its migration ends waits). The observation then carries the context so far,
   ``last_tool`` = the tool being called (so a router can weigh its expected latency against the
   migration) and ``last_outcome`` = the outcome of the *previous* call (None before the first):
-  this call's outcome is not known until it returns;
+  this call's outcome is not known until it returns. A route to another bucket places the
+  trajectory there (``choose_instance``); a route that keeps the bucket leaves it where it is,
+  unless the router says it ``rebalances``: then ``choose_instance`` is asked too, and another
+  instance it names gets the trajectory's KV by migration (``libra.scheduling.rebalance``);
 * finish: ``scheduler.on_finish(obs)`` with the final context and the last outcome;
 * a trajectory's last call is routed like any other unless the trace says it ended at its call
   budget (finish ``tool_limit``): a real system knows that budget when the call starts, and
@@ -141,6 +144,8 @@ class RolloutStage:
         self.step = step
         self.plan = plan
         self.sched = scheduler
+        # the router may move a trajectory within its bucket as a call starts (``RolloutScheduler``)
+        self._rebalances = bool(getattr(scheduler, "rebalances", False))
         self.pool = pool
         self.costs = costs
         self.noise = noise
@@ -395,7 +400,10 @@ class RolloutStage:
         migrate = route.migrate if b != self._bucket[i] else True
         self._bucket[i] = b
         ready = now + lat
-        dst = inst if b == inst.bucket or not self.kv_keep else self._choose(b, obs)
+        if b != inst.bucket:
+            dst = self._choose(b, obs) if self.kv_keep else inst
+        else:  # the bucket kept: it stays, unless the router rebalances within it (``rebalances``)
+            dst = self._choose(b, obs) if self.kv_keep and self._rebalances else inst
         g = i + self._base  # its id on the instances
         if self.kv_keep and dst is inst:
             inst.hold(g, ctx)  # stays home, KV cached while the tool runs

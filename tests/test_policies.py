@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 from test_planner_workload import make_history, make_step
+from test_sim_support import simple_plan
 
 from cost_models import CostEvaluator
 from libra.cluster import ClusterSpec
@@ -166,12 +167,18 @@ def test_layout_pin_expresses_heterogeneous_layouts() -> None:
 
 def test_default_libra_carries_only_the_mechanisms_that_paid() -> None:
     """Issue 22: heterogeneous TP (causal routing), C-MLFQ and the elastic pool paid nowhere they
-    were measured (docs/results.md, "Which mechanisms pay"), so ``libra`` is the planner alone:
-    one bucket, work-conserving least-loaded routing, no pool. ``libra-full`` keeps them all."""
+    were measured (docs/results.md, "Which mechanisms pay"), so ``libra`` is the planner with
+    one bucket, work-conserving least-loaded routing with tool-time rebalancing within it (the
+    mechanism that paid, on MoE decode), no pool; ``libra-homogeneous`` the same without the
+    rebalancing. ``libra-full`` keeps them all."""
     from libra.cluster import ClusterSpec
     from libra.policies.libra_policy import LIBRA_POLICIES
 
     cl = ClusterSpec(16, "a800", "qwen3-8b")
     lib, full = LIBRA_POLICIES["libra"](cl), LIBRA_POLICIES["libra-full"](cl)
-    assert (lib.router, lib.elastic, lib._options.max_buckets) == ("least-loaded", False, 1)
+    assert (lib.router, lib.elastic, lib._options.max_buckets) == ("least-loaded-rebalance", False, 1)
+    homo = LIBRA_POLICIES["libra-homogeneous"](cl)
+    assert (homo.router, homo.elastic, homo._options.max_buckets) == ("least-loaded", False, 1)
+    plan = simple_plan()
+    assert lib.scheduler(plan).rebalances and not homo.scheduler(plan).rebalances  # type: ignore[attr-defined]
     assert (full.router, full.elastic, full._options.max_buckets) == ("cmlfq", True, 2)

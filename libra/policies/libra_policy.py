@@ -2,8 +2,8 @@
 
 | name | planner | router | elastic pool |
 | --- | --- | --- | --- |
-| ``libra`` | one bucket, one TP degree | least-loaded (work-conserving) | no |
-| ``libra-homogeneous`` | the same as ``libra`` (kept: grids and results name it) | least-loaded | no |
+| ``libra`` | one bucket, one TP degree | least-loaded (work-conserving), tool-time rebalancing within the bucket | no |
+| ``libra-homogeneous`` | the same as ``libra`` | least-loaded (work-conserving), no rebalancing: ``libra`` without ``libra.scheduling.rebalance`` (its ablation) | no |
 | ``libra-hetero`` | heterogeneous TP buckets | reactive MLFQ (move once outgrown) | no |
 | ``libra-cmlfq`` | heterogeneous TP buckets | C-MLFQ | no |
 | ``libra-full`` | heterogeneous TP buckets | C-MLFQ | yes (the paper's full Libra) |
@@ -55,7 +55,7 @@ from libra.scheduling.history_model import RemainingWorkModel
 from libra.scheduling.routers import LeastLoadedRouter, LengthPredictorRouter, OracleRouter, ReactiveMLFQRouter
 from libra.trace.columnar import StepArrays
 
-ROUTERS: tuple[str, ...] = ("least-loaded", "reactive", "cmlfq", "no-migration", "length-predictor", "oracle")
+ROUTERS: tuple[str, ...] = ("least-loaded", "least-loaded-rebalance", "reactive", "cmlfq", "no-migration", "length-predictor", "oracle")
 #: Context caps tried, longest first, for a first step whose length prior fits nothing and whose
 #: workload declares no limit (``LibraPolicy._plan_assuming_cap``).
 ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
@@ -191,8 +191,9 @@ class LibraPolicy:
             if future is None:
                 raise ValueError("the oracle (hindsight placement) needs the step's true future (scheduler(plan, future=step))")
             return OracleRouter(plan, future)
-        if self.router == "least-loaded":
-            return LeastLoadedRouter(plan, work_conserving=True)
+        if self.router in ("least-loaded", "least-loaded-rebalance"):
+            table = self.planner.table if self.router == "least-loaded-rebalance" else None
+            return LeastLoadedRouter(plan, work_conserving=True, table=table)
         if self.router == "reactive":
             return ReactiveMLFQRouter(plan)
         if self.router == "length-predictor":
@@ -290,7 +291,7 @@ def _factory(name: str, router: str, elastic: bool, max_buckets: int = 2) -> Cal
 #: Libra and its ablations, name -> factory, in the order ``--compare`` lists them (the registry,
 #: ``libra.policies.registry``, puts the baselines first).
 LIBRA_POLICIES: dict[str, Callable[..., LibraPolicy]] = {
-    "libra": _factory("libra", "least-loaded", False, max_buckets=1),
+    "libra": _factory("libra", "least-loaded-rebalance", False, max_buckets=1),
     "libra-homogeneous": _factory("libra-homogeneous", "least-loaded", False, max_buckets=1),
     "libra-full": _factory("libra-full", "cmlfq", True),
     "libra-hetero": _factory("libra-hetero", "reactive", False),

@@ -284,7 +284,9 @@ class Rollout:
         moved_bucket = route.bucket != self.bucket_of[t]
         res.rerouted += moved_bucket
         self.bucket_of[t] = route.bucket
-        if route.bucket != inst.bucket:  # promoted, or a guest on a longer bucket's instance
+        # promoted, a guest on a longer bucket's instance, or a router that rebalances within the
+        # bucket (``libra.scheduling.rebalance``: it names another instance of it, or this one)
+        if route.bucket != inst.bucket or getattr(self.sched, "rebalances", False):
             dst = self.q.place(route.bucket, self._obs(ep, src, self.bucket_of[t]))
             if dst != src:
                 inst.resident.discard(t)

@@ -126,7 +126,13 @@ class RolloutScheduler(Protocol):
     def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad], obs: TrajectoryObservation | None = None) -> int:
         """The instance that runs (or queues) work routed to ``bucket``. ``loads`` lists every
         live instance of the step; ``obs`` (None: unknown) the trajectory, whose ``instance`` is
-        the one holding its KV now. Libra's routers answer with ``place``."""
+        the one holding its KV now. Libra's routers answer with ``place``.
+
+        Optional: a router with a true ``rebalances`` attribute is also asked as a tool call
+        starts when its route keeps the trajectory's bucket (``obs.at_call_start``); an answer
+        other than ``obs.instance`` moves the trajectory there, its KV migrating while the tool
+        runs (``libra.scheduling.rebalance``). Without it (every other router) the backends ask
+        only when the route changes the bucket."""
         ...
 
     # Optional: ``admission_order(observations) -> indices`` (a permutation) orders a step's

@@ -2,7 +2,9 @@
 
 * ``RoundRobinRouter``: instances in turn, across buckets; trajectories never move.
 * ``LeastLoadedRouter``: the bucket with the fewest live trajectories per GPU, then the
-  least-loaded instance in it; trajectories never move (verl-style load balancing).
+  least-loaded instance in it; trajectories never move between buckets (verl-style load
+  balancing); with a decode table (Libra's ``libra``), a trajectory starting a tool call may
+  move to a faster instance of its bucket (``libra.scheduling.rebalance``).
 * ``ReactiveMLFQRouter``: starts in the bucket holding the prompt and moves (migrating KV) only
   once the context has outgrown the bucket's bound: MLFQ without causal prediction.
 * ``LengthPredictorRouter``: routes to the bucket holding a *predicted* final length. The
@@ -29,10 +31,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from libra.planner.costs import DecodeTable
 from libra.planner.plan import Plan
 from libra.scheduling.base import InstanceLoad, Route, Transfer, TrajectoryObservation, WorkConserving, least_loaded, place, steal, takes_guests
 from libra.scheduling.cmlfq import floor_bucket
 from libra.scheduling.history_model import RemainingWorkModel
+from libra.scheduling.rebalance import rebalance_target
 from libra.trace.columnar import StepArrays
 
 
@@ -88,11 +92,17 @@ class LeastLoadedRouter:
     """Fewest live trajectories per GPU at admission, least-loaded instance; no moves between
     buckets. ``work_conserving`` (Libra's ``libra-homogeneous``): instance choice by ``place``
     and idle instances pull queued work (``steal``); False (the simulator's baselines): the
-    least-loaded instance of the bucket, and queued work stays where it was put."""
+    least-loaded instance of the bucket, and queued work stays where it was put. ``table``
+    (work-conserving only; Libra's ``libra``): a trajectory starting a tool call moves to a
+    faster instance of its bucket (``libra.scheduling.rebalance``), its KV migrating while the
+    tool runs; the backends then ask ``choose_instance`` at every call's start (``rebalances``)."""
 
-    def __init__(self, plan: Plan, work_conserving: bool = False) -> None:
+    def __init__(self, plan: Plan, work_conserving: bool = False, table: DecodeTable | None = None) -> None:
         self.plan = plan
         self.work_conserving = work_conserving
+        self.table = table if work_conserving else None
+        #: the backends ask ``choose_instance`` as a call starts even when the route keeps the bucket
+        self.rebalances = self.table is not None
         self._gpus = {b.index: sum(i.tp for i in plan.instances_in(b.index)) for b in plan.buckets}
         self._live = {b.index: 0 for b in plan.buckets}
 
@@ -109,6 +119,12 @@ class LeastLoadedRouter:
             self._live[obs.bucket] = max(0, self._live[obs.bucket] - 1)
 
     def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad], obs: TrajectoryObservation | None = None) -> int:
+        if self.table is not None and obs is not None and obs.at_call_start and obs.instance is not None:
+            # a call's start, the route keeping the bucket: stay, or rebalance within the bucket
+            here = next((load for load in loads if load.instance == obs.instance), None)
+            if here is not None and here.bucket == bucket:
+                target = rebalance_target(self.plan, self.table, loads, obs)
+                return obs.instance if target is None else target
         if self.work_conserving:
             return place(self.plan, bucket, loads, obs)
         return least_loaded(bucket_loads(bucket, loads))
