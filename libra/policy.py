@@ -55,6 +55,11 @@ class Policy(Protocol):
     # streamed one), with that batch and every step whose rollout is over (``batch`` among them),
     # and run the strategy it returns: the plan's layout with the micro-batch and recompute set
     # for the batch (``libra.planner.settle``). Without it the plan's strategy runs.
+    # Optional: ``streamed_knobs(plan, longest: int) -> TrainConfig | None``. Backends call it when
+    # a streamed step (trained as its groups complete, so never settled) brings a sequence of
+    # ``longest`` tokens its plan's strategy cannot hold; it returns that layout at a micro-batch
+    # that holds it (a trainer forming micro-batches by a token budget), or None (the step cannot
+    # train: a real trainer runs out of memory). Without it such a step fails.
     # Optional: ``training_plan(plan, latest: Plan) -> Plan``. Backends call it when a step's
     # (unstreamed, split) training is about to start and a later step's plan (``latest``) has
     # been made with another training split or layout; it returns ``plan`` or ``latest``, and

@@ -459,6 +459,15 @@ class Simulator:
                                       f"{plan.n_train_gpus} training GPUs ({plan.train}): a split change is a plan transition")
             job.settle(cfg)
             plan = dataclasses.replace(plan, train=cfg)
+        streamed_knobs = getattr(self.policy, "streamed_knobs", None)
+        if job.feed is not None and streamed_knobs is not None and self.cfg.train_memory_check and not self._holds(plan.train, step):
+            # a streamed step brought a sequence its plan's knobs cannot hold: the trainer forms
+            # smaller micro-batches for it (``Policy.streamed_knobs``), charged here for every
+            # mini-batch of the step, never less than per-mini-batch knobs would cost
+            cfg = streamed_knobs(plan, int(step.total_tokens.max()))
+            if cfg is not None and same_layout(cfg, plan.train) and cfg.n_gpus == plan.train.n_gpus:
+                job.settle(cfg)
+                plan = dataclasses.replace(plan, train=cfg)
         if self.cfg.train_memory_check and not self._holds(plan.train, step):
             raise SimulationError(self._oom_message(step, plan))
         trans = self._transitions[j]

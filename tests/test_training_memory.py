@@ -126,3 +126,56 @@ def test_a_streamed_plan_holds_twice_the_longest_sequence_seen() -> None:
     if plan.streaming:
         assert memory_report(ev, plan.train, int(longest * STREAM_MEMORY_HEADROOM)).fits
     assert memory_report(ev, plan.train, int(steps[2].total_tokens.max())).fits
+
+
+def _mb_sized(tree: DecisionTree, long_step: Any) -> TrainConfig:
+    """A strategy on ``N`` GPUs at micro-batch >= 2 that cannot hold the long step's longest
+    sequence, while the same layout at micro-batch 1 can."""
+    from dataclasses import replace
+
+    longest = int(long_step.total_tokens.max())
+    tokens, seq, _ = batch_shape(tree, long_step, [long_step], None, N)
+    timer = training_time_fn(tree.costs, tokens, seq)
+    for _, cfg in enumerate_strategies(tree.ev, N, 16, 2048, 8, timer, bound=False).ranked:
+        if (cfg.micro_batch >= 2 and not memory_report(tree.ev, cfg, longest).fits
+                and memory_report(tree.ev, replace(cfg, micro_batch=1), longest).fits):
+            return cfg
+    raise AssertionError("no strategy whose micro-batch alone decides whether it holds the long step")
+
+
+class Streamed(FixedPolicy):
+    """A fixed streamed split that does, or does not, shrink a streamed step's micro-batch for a
+    sequence its plan's cannot hold (``Policy.streamed_knobs``)."""
+
+    def __init__(self, plan: Plan, shrinks: bool) -> None:
+        super().__init__(plan)
+        self.tree = DecisionTree(StepCosts(CostEvaluator(GPU, MODEL), 8), 8)
+        if shrinks:
+            from libra.planner.settle import streamed_micro_batch
+
+            self.streamed_knobs = lambda plan, longest: streamed_micro_batch(self.tree, plan.train, longest)
+
+
+def test_a_streamed_step_trains_a_longer_sequence_in_smaller_micro_batches(tree: DecisionTree) -> None:
+    """held_out_33: a streamed K=0 step brought a sequence more than twice the longest before it,
+    past its plan's ``STREAM_MEMORY_HEADROOM``, and Libra's run stopped (WebShop on 80 H100 /
+    Qwen3-30B-A3B: micro-batch 4 needed 80.4 GB of 80, micro-batch 1 held it in 31.6 GB). A
+    trainer forming micro-batches by a token budget trains it in smaller ones instead."""
+    from dataclasses import replace
+
+    from libra.planner.settle import streamed_micro_batch
+
+    steps = [make_step(0, 16, seed=5), make_step(1, 16, seed=5, turns=(5, 5), gen=(2000, 2100))]
+    cfg = _mb_sized(tree, steps[1])
+    plan = replace(_plan(cfg), streaming=True)
+    got = streamed_micro_batch(tree, cfg, int(steps[1].total_tokens.max()))
+    assert got is not None and same_layout(got, cfg) and got.recompute == cfg.recompute and got.micro_batch < cfg.micro_batch
+    assert streamed_micro_batch(tree, cfg, 512) == cfg  # a sequence it holds keeps its knobs
+    ev = CostEvaluator(GPU, MODEL)
+    run = lambda shrinks: Simulator(steps, Streamed(plan, shrinks), ClusterSpec(2 * N, GPU, MODEL), SimCosts(ev),  # noqa: E731
+                                    SimConfig(noise_sigma=0.0, streaming=True)).run()
+    with pytest.raises(SimulationError, match=r"cannot train step 1: its longest sequence .* does not fit in memory"):
+        run(False)
+    res = run(True)
+    assert res.completed == res.expected
+    assert res.steps[1].transition_s == 0.0  # the same layout: no re-shard

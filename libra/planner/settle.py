@@ -31,6 +31,7 @@ the simulator and the planner's streaming price alike.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from libra.planner.decision_tree import DecisionTree, enumerate_strategies, fits_in_memory, training_time_fn
 from libra.planner.plan import TrainConfig, same_layout
@@ -94,6 +95,30 @@ def settled_knobs(tree: DecisionTree, train: TrainConfig, tokens: int, seq: int,
         return cfg, t
     new = memory_relayout(tree, cfg, longest, tokens, seq, memory, micro_batch)
     return new, float(training_time_fn(tree.costs, tokens, seq, tree.kl)(new))
+
+
+def streamed_micro_batch(tree: DecisionTree, train: TrainConfig, longest: int) -> TrainConfig | None:
+    """The strategy a streamed step trains a mini-batch holding a ``longest``-token sequence with:
+    ``train`` when it holds that sequence, else ``train`` with the largest smaller micro-batch
+    that does (its layout and recompute unchanged, so no re-shard); None when not even a
+    micro-batch of one sequence does (the simulator then refuses the step).
+
+    Why: a streamed step starts training before its batch is complete, in its plan's strategy,
+    sized to hold twice the longest sequence seen (``libra.planner.search.STREAM_MEMORY_HEADROOM``).
+    A step that brings a longer one failed: WebShop on 80 H100 / Qwen3-30B-A3B, K=0, step 1, a
+    4,748-token sequence after a step whose longest was under half that, TP 4 x DP 14 ZeRO-3 at
+    micro-batch 4, 80.4 GB of 80 GB per GPU (held_out_33, SIMULATED). A trainer that forms its
+    micro-batches by a token budget (verl's ``use_dynamic_bsz`` with ``ppo_max_token_len_per_gpu``)
+    trains the mini-batch holding that sequence in smaller micro-batches instead; micro-batch 1
+    held it at 31.6 GB. Only the micro-batch changes: recompute and the layout are set when the
+    trainer is built."""
+    if fits_in_memory(tree.ev, train, longest):
+        return train
+    for mb in range(int(train.micro_batch) - 1, 0, -1):
+        cfg = replace(train, micro_batch=mb)
+        if fits_in_memory(tree.ev, cfg, longest):
+            return cfg
+    return None
 
 
 def memory_relayout(tree: DecisionTree, train: TrainConfig, longest: int, tokens: int, seq: int, memory: int,

@@ -41,11 +41,12 @@ import numpy as np
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, make_evaluator
+from libra.planner.decision_tree import fits_in_memory
 from libra.planner.feedback import StepOutcome
 from libra.planner.plan import Plan, TrainConfig, same_layout
 from libra.planner.search import Planner, Replanner, SearchOptions, declared_context
 from libra.planner.transfers import weight_sync_s
-from libra.planner.settle import first_layout, pipeline_run_s, settle_training
+from libra.planner.settle import first_layout, pipeline_run_s, settle_training, streamed_micro_batch
 from libra.policies.options import PolicyOptions, options_for
 from libra.pool.base import PoolPolicy
 from libra.pool.elastic import ElasticPool
@@ -200,6 +201,17 @@ class LibraPolicy:
             return LengthPredictorRouter(plan, self._model_for(plan), sigma=self.lp_sigma, seed=self.seed)
         cls = NoMigrationScheduler if self.router == "no-migration" else CMLFQScheduler
         return cls(plan, self._model_for(plan), ev=self._ev, table=self.planner.table)
+
+    def streamed_knobs(self, plan: Plan, longest: int) -> TrainConfig | None:
+        """The strategy a streamed step of ``plan`` trains a mini-batch holding a ``longest``-token
+        sequence with: the plan's, or its layout at a smaller micro-batch that holds it (a
+        token-budget trainer's micro-batches, ``libra.planner.settle.streamed_micro_batch``);
+        None when none does. A user's micro-batch pin is kept (None then, if it cannot hold it).
+        The plan's own layout, as the backends train a streamed step (nothing settles it)."""
+        train = plan.train
+        if self.options.micro_batch is not None:
+            return train if fits_in_memory(self.planner.tree.ev, train, longest) else None
+        return streamed_micro_batch(self.planner.tree, train, longest)
 
     def settle_training(self, plan: Plan, batch: StepArrays, seen: Sequence[StepArrays]) -> TrainConfig:
         """The micro-batch and recompute for ``batch``, the step about to train, within the
