@@ -68,5 +68,5 @@ def rebalance_target(plan: Plan, table: DecodeTable, loads: Sequence[InstanceLoa
     others = [o for o in loads if o.bucket == cur.bucket and o.started and o.instance != cur.instance and o.room(ctx) > 0]
     if not others:
         return None
-    best = min(others, key=lambda o: (iteration_s(table, tp, o, ctx), o.instance))
-    return best.instance if iteration_s(table, tp, best, ctx) <= here * (1.0 - REBALANCE_GAIN) else None
+    there, best = min((iteration_s(table, tp, o, ctx), o.instance) for o in others)
+    return best if there <= here * (1.0 - REBALANCE_GAIN) else None
