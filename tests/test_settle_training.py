@@ -174,7 +174,8 @@ def test_the_first_re_layout_counts_only_the_run_time_it_saves() -> None:
     """Priced by the run (``run_price``: the steps paid over, in the plan's loop), the same
     re-layout pays over four chain-bound steps, and not in a run whose time does not depend on
     the training (all of it hidden: only the re-shard would count)."""
-    from libra.planner.settle import first_layout, pipeline_run_s
+    from libra.planner.pipeline import pipeline_run_s
+    from libra.planner.settle import first_layout
 
     ev = CostEvaluator("h100", "qwen3-30b-a3b")
     tree = DecisionTree(StepCosts(ev, 8), 8)
@@ -194,7 +195,7 @@ def test_a_short_async_run_pays_its_training_chain_at_every_step() -> None:
     the chain, the steady state hides the chain, but three steps from a standing start pay it
     twice, 2 R + 2 C (held_out_17's worst row: 4.45 s rollouts and a 2.76 s chain, 14.42 s; the
     simulator ran 14.79 s with its measured rollouts)."""
-    from libra.planner.settle import pipeline_run_s
+    from libra.planner.pipeline import pipeline_run_s
 
     assert pipeline_run_s("async", 1, 4.45, 2.76, 3) == pytest.approx(2 * 4.45 + 2 * 2.76)
     assert pipeline_run_s("async", 1, 4.45, 1.33, 3) == pytest.approx(2 * 4.45 + 2 * 1.33)

@@ -43,12 +43,15 @@ split or leaf is provably no better than the incumbent. For each visited ``n_tra
   - **async** (only when ``max_staleness`` K >= 1): the steady state of the simulator's
     continuous generation (``sim.engines``: step j+1's prompts join the engines once step j's
     are all seated and step j-K's weights are synced; training j when rollout j and the sync of
-    j-1 are done): ``max(throughput_s, train_s + sync_s, (cohort_s + train_s + sync_s) / (K + 1))``
-    (``step_time``): the engines' pace at full batches, the training-plus-sync chain, or the
-    staleness cycle of K + 1 rollouts sharing the engines (``cohort_s``, predicted on K + 1
-    times the trajectories) and the first one's training and sync. A pipeline that is not running
+    j-1 are done): the smallest period P at least the engines' pace at full batches
+    (``throughput_s``) and the training-plus-sync chain with ``P >= (L(P) + train_s + sync_s) / (K + 1)``
+    (``step_time``, ``libra.planner.pipeline.async_steady_s``): a step's rollout, admitted K
+    steps before its training is due, fits its cycle. L(P) is its rollout when steps are admitted
+    every P: alone (``rollout_s``) when it is no longer than the spacing, the staleness cycle of
+    K + 1 rollouts sharing the engines (``cohort_s``, predicted on K + 1 times the trajectories)
+    when they overlap fully, and in between by the time-weighted overlap. A pipeline that is not running
     yet, over a run of known length, is priced as the run it starts (``async_run_s``: fill,
-    waves of K + 1 steps sharing the engines, the partial last wave and the drain).
+    steps sharing the engines by their overlap, the lighter last steps and the drain).
 
   Ties go to the mode with less staleness (sync, then streaming, then async). ``SearchOptions``
   ``mode``/``streaming`` pin the mode instead (``libra-sim replay --mode/--streaming``; asking
@@ -90,7 +93,8 @@ from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_stra
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
-from libra.planner.settle import longest_sequence, pipeline_run_s, settled_knobs
+from libra.planner.pipeline import async_steady_s, pipeline_run_s
+from libra.planner.settle import longest_sequence, settled_knobs
 from libra.planner.stats import PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
@@ -406,11 +410,12 @@ def loop_name(mode: str, streaming: bool) -> str:
 def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float, load_s: float | None = None,
               staleness: int = 1, cohort_s: float | None = None, run_steps: int | None = None) -> float:
     """Predicted step time of the plain loops (see the module docstring): sync adds the stages;
-    async generates continuously (``sim.engines``) and is the slowest of three paces: the
-    engines' throughput (``load_s``, the step's work at full batches), the training-plus-sync
-    chain, and the staleness cycle: ``staleness`` + 1 steps whose rollouts share the engines
-    (``cohort_s``, their makespan together; at least ``rollout_s``) and then the first one's
-    training and sync, before the gate lets the next cycle start. Without ``load_s``/``cohort_s``
+    async generates continuously (``sim.engines``) at the steady period of
+    ``libra.planner.pipeline.async_steady_s``: no faster than the engines' throughput
+    (``load_s``, the step's work at full batches) and the training-plus-sync chain, and long
+    enough for a step's rollout, sharing the engines with its staggered neighbours (between
+    ``rollout_s`` alone and ``cohort_s``, the ``staleness`` + 1 steps' makespan together), plus
+    its training and sync to fit ``staleness`` + 1 periods. Without ``load_s``/``cohort_s``
     the rollout's makespan stands in for them (the batch-per-step loop). ``run_steps``: an async
     pipeline that starts now and runs that many steps to the end of the run, priced as the mean
     step of that run, fill and drain included (``async_run_s``); None: the steady state."""
@@ -420,7 +425,7 @@ def step_time(mode: LoopMode, rollout_s: float, train_s: float, sync_s: float, l
         cohort = rollout_s if cohort_s is None or cohort_s != cohort_s else max(cohort_s, rollout_s)
         if run_steps is not None:
             return async_run_s(rollout_s, chain, load, cohort, staleness, run_steps)
-        return max(load, chain, (cohort + chain) / (max(1, staleness) + 1))
+        return async_steady_s(rollout_s, chain, load, cohort, staleness)
     return rollout_s + train_s + sync_s
 
 
@@ -430,15 +435,14 @@ def async_run_s(rollout_s: float, chain_s: float, load_s: float, cohort_s: float
     the engines once step j - 1 - K's weights are synced (steps 0..K at once), training j starts
     when rollout j and the sync of j - 1 are done (``chain_s`` = train + sync each).
 
-    The steps run in waves of up to K + 1 that share the engines: a wave of m steps drains in
-    ``rollout_s`` (one step alone) plus (m - 1) / K of the way to ``cohort_s`` (K + 1 steps
-    together); its i-th step no earlier than i + 1 times ``load_s`` (the engines' pace at full
-    batches; the batch-per-step loop, whose ``load_s`` and ``cohort_s`` are ``rollout_s``, so runs
-    its rollouts one after the other); a step admitted later than its wave's first ends no
-    earlier than its own admission plus ``rollout_s``. The
-    next wave starts as its first predecessor's sync lands. As ``steps`` grows this tends to the
-    steady state ``step_time`` prices; over a short run the last wave is a partial one (fewer
-    steps, a shorter drain) and the trainings of the last wave run after it.
+    A step's rollout shares the engines with the rollouts it overlaps: m steps admitted together
+    drain in ``rollout_s`` (one step alone) plus (m - 1) / K of the way to ``cohort_s`` (K + 1
+    steps together), steps admitted apart by the time-weighted overlap
+    (``libra.planner.pipeline.pipeline_run_s``); a busy period's i-th step no earlier than i + 1
+    times ``load_s`` (the engines' pace at full batches; the batch-per-step loop, whose ``load_s``
+    and ``cohort_s`` are ``rollout_s``, so runs its rollouts one after the other). As ``steps``
+    grows this tends to the steady state ``step_time`` prices; over a short run the last steps
+    share the engines with fewer others (a shorter drain) and their trainings run after it.
 
     Why: the steady state plus a one-step fill priced an async pipeline of 4 steps at K = 2 as
     4 x 73 + 17 s; the simulator ran it as steps 0-2 sharing the engines (215 s) and step 3 alone

@@ -161,48 +161,6 @@ def batch_shape(tree: DecisionTree, batch: StepArrays, seen: Sequence[StepArrays
     return tokens, seq, tree.memory_length(cap_gpus, tokens, seq, longest, declared_context)
 
 
-def pipeline_run_s(mode: str, staleness: int, rollout_s: float, chain_s: float, steps: int, first_extra_s: float = 0.0,
-                   cohort_s: float | None = None, load_s: float = 0.0) -> float:
-    """The time ``steps`` steps take from a standing start when each rollout takes ``rollout_s``
-    and each step's training plus weight sync ``chain_s`` (``first_extra_s`` more in the first
-    step's training, e.g. a re-shard). Sync: each step adds both. Async with staleness ``K``
-    (the simulator's gate: step n's rollout starts when step n - K - 1 has synced, and training
-    is serial): ``end(n) = max(end(n-1), end(n-K-1) + rollout) + chain``.
-
-    ``cohort_s`` (continuous generation, ``search.async_run_s``): the steps admitted together, in
-    waves of up to K + 1, share the engines; a wave of m drains in ``rollout_s`` plus (m - 1) / K
-    of the way to ``cohort_s`` (K + 1 steps together), its i-th step no earlier than i + 1 times
-    ``load_s`` (the engines' pace at full batches). None: every rollout takes ``rollout_s`` alone.
-
-    Why the recurrence and not the steady state ``max(rollout, chain)``: a short run pays its
-    fill. On a 3-step FireAct log at K=1 the rollout (4.4 s) was longer than the chain (2.8 s),
-    so the steady state priced a faster training at nothing, yet three steps pay the chain twice
-    (``2 R + 2 C``; 14.8 s against 11.9 s for a baseline training 0.56 s a step; held_out_17
-    fireact-hotpotqa/b200-24-8b/K1, SIMULATED)."""
-    n = max(1, int(steps))
-    if mode != "async":
-        return n * (rollout_s + chain_s) + first_extra_s
-    k = max(1, int(staleness))
-    cohort = rollout_s if cohort_s is None else cohort_s
-    admit = [0.0] * n
-    done = [0.0] * n
-    prev_done = 0.0
-    first = 0
-    while first < n:
-        m = min(k + 1, n - first)
-        for j in range(first, first + m):
-            admit[j] = 0.0 if j <= k else done[j - 1 - k]
-        wave_s = rollout_s + (cohort - rollout_s) * (m - 1) / k  # the wave's tail: its members drain together
-        for i, j in enumerate(range(first, first + m)):
-            # ... unless the engines' pace bounds them: the i-th step's work is done no earlier
-            # than (i + 1) x load_s into the wave (the batch loop: one rollout after the other)
-            end = max(admit[first] + wave_s, admit[j] + rollout_s, admit[first] + (i + 1) * load_s)
-            done[j] = max(end, prev_done) + chain_s + (first_extra_s if j == 0 else 0.0)
-            prev_done = done[j]
-        first += m
-    return done[-1]
-
-
 def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, seen: Sequence[StepArrays],
                  declared_context: int | None, cap_gpus: int, steps_paid_over: float,
                  micro_batch: int | None = None, run_price: Callable[[TrainConfig, float, float], float] | None = None) -> TrainConfig:

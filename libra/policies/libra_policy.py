@@ -46,7 +46,8 @@ from libra.planner.feedback import StepOutcome
 from libra.planner.plan import Plan, TrainConfig, same_layout
 from libra.planner.search import Planner, Replanner, SearchOptions, declared_context
 from libra.planner.transfers import weight_sync_s
-from libra.planner.settle import first_layout, pipeline_run_s, settle_training, streamed_micro_batch
+from libra.planner.pipeline import pipeline_run_s
+from libra.planner.settle import first_layout, settle_training, streamed_micro_batch
 from libra.policies.options import PolicyOptions, options_for
 from libra.pool.base import PoolPolicy
 from libra.pool.elastic import ElasticPool
