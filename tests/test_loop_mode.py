@@ -54,14 +54,18 @@ def test_planner_picks_the_fastest_loop_the_class_allows(ev: CostEvaluator) -> N
     assert {"sync", "async"} <= set(loops) <= {"sync", "sync+streaming", "async"}
     assert loops["async"] == min(loops.values()) and off.predicted_step_s == pytest.approx(loops["async"])
     assert off.predicted_step_s < on.predicted_step_s  # allowing staleness paid
-    # async is the simulator's continuous generation: max(throughput, train + sync, the staleness
-    # cycle of K + 1 rollouts together plus train + sync over K + 1), never above the batch loop's
+    # async is the simulator's continuous generation: the steady period no faster than the
+    # throughput and train + sync, with a step's rollout (between alone and the staleness cycle of
+    # K + 1 rollouts together, by its staggered overlap) plus train + sync over K + 1 periods,
+    # never above the whole-wave price
+    from libra.planner.pipeline import async_steady_s
+
     f = float(off.notes["rollout_factor"])
     chain = off.predicted_train_s + float(off.notes["sync_s"])
-    want = max(float(off.notes["rollout_throughput_s"]) * f, chain, (float(off.notes["rollout_cohort_s"]) * f + chain) / 2)
+    load, cohort = float(off.notes["rollout_throughput_s"]) * f, float(off.notes["rollout_cohort_s"]) * f
+    want = async_steady_s(off.predicted_rollout_s, chain, min(load, off.predicted_rollout_s), cohort, 1)
     assert loops["async"] == pytest.approx(want)
-    assert loops["async"] <= max(off.predicted_rollout_s, chain) * (1 + 1e-9) or want == pytest.approx(
-        (float(off.notes["rollout_cohort_s"]) * f + chain) / 2)
+    assert max(load, chain) * (1 - 1e-9) <= loops["async"] <= max(load, chain, (cohort + chain) / 2) * (1 + 1e-9)
 
 
 def test_streaming_prediction_is_between_the_overlap_and_sync() -> None:
