@@ -35,6 +35,7 @@ class RolloutStage(Protocol):
 
     step: Any  # the step's ``StepArrays`` (its ``n``)
     overlapped: bool
+    stats: Any  # its ``RolloutStats`` (the rollout's ``start_s`` and ``end_s``)
     _base: int
 
     def _turn_end(self, inst: Instance, i: int, ctx: int, now: float) -> None: ...
@@ -50,6 +51,11 @@ def layout(instances: Sequence[RolloutInstance]) -> tuple[tuple[int, int, int, i
     return tuple((ri.id, ri.tp, ri.bucket, ri.node, ri.first_gpu) for ri in instances)
 
 
+#: Rollout spans an ``Engines`` keeps for ``overlap_of``: more than K + 1 steps never share
+#: the engines at once.
+SPAN_MEMORY = 16
+
+
 class Engines:
     """Instances shared by the rollouts of consecutive steps (see the module docstring)."""
 
@@ -59,6 +65,9 @@ class Engines:
         self.owner_step = owner_step  # the step whose ledger booking holds the GPUs
         self.waiting = [0]  # queued entries over the instances (``Instance``'s shared counter)
         self.stages: list[RolloutStage] = []  # the stages running on them, oldest first
+        #: [stage, rollout start, rollout end or None while it runs] of the recent stages, for the
+        #: overlap each one measured (``overlap_of``); the last ``SPAN_MEMORY`` only
+        self.spans: list[list[Any]] = []
         self.next_base = 0
         self.closing = False  # the next plan did not adopt them: retire once no stage runs
         self.retired = False
@@ -74,11 +83,28 @@ class Engines:
             for s in self.stages:
                 s.overlapped = True
         self.stages.append(stage)
+        self.spans.append([stage, float(stage.stats.start_s), None])
+        del self.spans[:-SPAN_MEMORY]
         return base
 
     def detach(self, stage: RolloutStage) -> None:
         """A stage's last trajectory finished."""
         self.stages.remove(stage)
+        for span in self.spans:
+            if span[0] is stage:
+                span[2] = float(stage.stats.end_s)
+
+    def overlap_of(self, stage: RolloutStage) -> float:
+        """How many other steps' rollouts shared the engines with ``stage``'s, time-weighted:
+        their rollout time inside its own, over its length (``StepOutcome.overlap``; a rollout
+        still running counts to ``stage``'s end). 0 when it ran alone or took no time."""
+        own = next((span for span in self.spans if span[0] is stage), None)
+        if own is None or own[2] is None or not own[2] > own[1]:
+            return 0.0
+        start, end = own[1], own[2]
+        inside = sum(max(0.0, min(end, o_end if o_end is not None else end) - max(start, o_start))
+                     for other, o_start, o_end in self.spans if other is not stage)
+        return inside / (end - start)
 
     @property
     def idle(self) -> bool:

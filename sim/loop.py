@@ -594,7 +594,8 @@ class Simulator:
         # this rollout ends, may learn from it; the training time is not known yet in async mode)
         observe = getattr(self.policy, "observe", None)
         if observe is not None:
-            observe(StepOutcome(step.step, plan, seen, float(rs.makespan_s), overlapped=stage.overlapped, finish_s=rs.finish_s.copy()))
+            observe(StepOutcome(step.step, plan, seen, float(rs.makespan_s), overlapped=stage.overlapped, finish_s=rs.finish_s.copy(),
+                                overlap=stage.overlap if stage.overlapped else None))
         self.rollout_done[j].succeed()
         if train is None:
             train = self.env.process(self._train(j, step, plan, job, self.rollout_done[j]))

@@ -206,6 +206,7 @@ class RolloutStage:
         self._seated_once: list[bool] = []
         self.admitted = env.event()  # shared engines: every trajectory seated once
         self.overlapped = False  # shared engines: another step's rollout ran on them meanwhile
+        self.overlap = 0.0  # shared engines: other steps' rollout time inside this one's, over its length (``Engines.overlap_of``)
         self._waiting = [0] if engines is None else engines.waiting  # queued entries over the instances
         adopt = engines is not None and bool(engines.instances)
         for ri in plan.instances:
@@ -551,6 +552,7 @@ class RolloutStage:
                     inst.trace = None
                 del inst.shares[self]
             self._engines.detach(self)
+            self.overlap = self._engines.overlap_of(self)
             if not self.done.triggered:
                 self.done.succeed(s)
             return

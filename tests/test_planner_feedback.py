@@ -157,3 +157,28 @@ def test_async_steps_that_shared_their_engines_scale_the_staleness_cycle() -> No
     assert nxt.notes["pipelined_factor"] == pytest.approx(1.5) and same.notes["pipelined_factor"] == 1.0
     # async steps are priced slower once the pipeline measured slower than its model
     assert nxt.predicted_step_s > same.predicted_step_s
+
+
+def test_an_overlapped_step_is_compared_with_the_shared_rollout_at_its_measured_overlap() -> None:
+    """Session 25: the async price mixes the rollout alone and the staleness cycle by the
+    overlap (``libra.planner.pipeline.shared_rollout_s``), so a step that shared the engines is
+    compared with that mix at the overlap the backend measured (``StepOutcome.overlap``), and the
+    factor then scales both parts. Compared with the whole cycle, a step that overlapped one
+    neighbour for a third of its time measured well below 1 and shrank the mixed price twice."""
+    from libra.planner.pipeline import shared_rollout_s
+
+    steps = list(generate_steps("search", 3, 128, 8, 0, max_context=8192))
+    cl = ClusterSpec(32, "h100", "qwen3-8b", 8, max_context=8192)
+    planner = Planner(cl, options=SearchOptions(max_staleness=1))
+    plan = planner.to_plan(planner.search(steps[:1], steps[1].prompt_tokens))
+    alone, cycle = planner.hindsight_rollout_s(plan, steps[1]), planner.hindsight_cycle_s(plan, steps[1])
+    assert cycle > alone > 0
+    # no overlap measured: the whole cycle (what the backend cannot tell is priced as before)
+    assert planner.hindsight_shared_s(StepOutcome(1, plan, steps[1], 1.0, overlapped=True)) == pytest.approx(cycle)
+    # alone at overlap 0, the cycle at K others throughout, linear in between
+    at = {o: planner.hindsight_shared_s(StepOutcome(1, plan, steps[1], 1.0, overlapped=True, overlap=o)) for o in (0.0, 0.33, 1.0, 2.0)}
+    assert at[0.0] == pytest.approx(alone) and at[1.0] == pytest.approx(cycle) and at[2.0] == pytest.approx(cycle)
+    assert at[0.33] == pytest.approx(shared_rollout_s(alone, cycle, 1, 0.33)) and alone < at[0.33] < cycle
+    # a measured rollout equal to the mix teaches a factor of 1 (against the cycle: below 1)
+    assert planner.observe(StepOutcome(1, plan, steps[1], at[0.33], overlapped=True, overlap=0.33)) is None
+    assert planner.calibration.pipelined_factor() == pytest.approx(1.0)

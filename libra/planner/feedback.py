@@ -68,6 +68,11 @@ class StepOutcome:
     #: each trajectory's finish, seconds from the rollout's start, aligned with ``trajectories``
     #: (None: the backend did not record them); the order groups complete in (``CompletionOrder``)
     finish_s: np.ndarray | None = None
+    #: an overlapped rollout: the other steps' rollout time inside this one's, over its length (a
+    #: time-weighted count of the steps it shared the engines with; what the pipeline model's
+    #: shared rollout is a function of, ``libra.planner.pipeline.shared_rollout_s``). None: not
+    #: measured (the async pace then compares the rollout with the full staleness cycle)
+    overlap: float | None = None
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -155,19 +160,21 @@ class RolloutCalibration:
         recent two-bucket steps, clipped to ``[1, FACTOR_MAX]`` (1 before any ran)."""
         return _median_clipped(self._split_shortfalls, 1.0, FACTOR_MAX)
 
-    def record_pipelined(self, measured_s: float, cycle_s: float) -> float | None:
+    def record_pipelined(self, measured_s: float, shared_s: float) -> float | None:
         """Keep one async step's measured rollout (from its admission to its last trajectory,
-        sharing the engines with its neighbours) over the model's staleness-cycle makespan fed
-        its own trajectories; returns the ratio kept (None: unusable)."""
-        r = _ratio(measured_s, cycle_s)
+        sharing the engines with its neighbours) over the model's rollout of it fed its own
+        trajectories (``Planner.hindsight_shared_s``: the rollout alone and the staleness cycle
+        mixed by the overlap measured, the whole cycle where none was); returns the ratio kept
+        (None: unusable)."""
+        r = _ratio(measured_s, shared_s)
         if r is not None:
             self._pipelined.append(r)
         return r
 
     def pipelined_factor(self) -> float:
-        """The multiplier on an async plan's staleness-cycle makespan and engine pace: the median
-        of the recent ``record_pipelined`` ratios, clipped to ``[FACTOR_MIN, FACTOR_MAX]``; 1
-        before any async step ran.
+        """The multiplier on an async plan's rollout alone, staleness-cycle makespan and engine
+        pace: the median of the recent ``record_pipelined`` ratios, clipped to ``[FACTOR_MIN,
+        FACTOR_MAX]``; 1 before any async step ran.
 
         Why: a rollout that shares its engines measures neither rollout alone, so it teaches the
         per-layout factors nothing, and the async price rests on the model's cycle alone. In
@@ -175,9 +182,13 @@ class RolloutCalibration:
         start, so it spans longer than K + 1 steps started together: MiniSWE on 56 A800 at K = 1
         was priced at a 567 s cycle and its steps spanned 640-996 s; the split rested on that
         price and gave training 32 GPUs where the hindsight 24 ran 5% faster (held_out_27
-        mini-swe/a800-56-14b/K1, SIMULATED). The ratio is what the steady-state period of
-        K + 1 steps is made of (their span plus the first one's training), so one factor on the
-        cycle keeps ``step_time``'s form."""
+        mini-swe/a800-56-14b/K1, SIMULATED). Since session 25 a step's rollout in the price is
+        mixed from the rollout alone and the cycle by its overlap (``libra.planner.pipeline``),
+        so the ratio compares the measured span with that mix at the overlap the backend
+        measured (``StepOutcome.overlap``), and one factor on both parts keeps the mix's form:
+        compared with the whole cycle, a step that shared the engines with one neighbour for a
+        third of its time measured a ratio well below 1, which would have shrunk the partly
+        overlapped price a second time."""
         return _median_clipped(self._pipelined, FACTOR_MIN, FACTOR_MAX)
 
     def correction(self) -> RolloutCorrection:

@@ -93,7 +93,7 @@ from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_stra
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
-from libra.planner.pipeline import async_steady_s, pipeline_run_s
+from libra.planner.pipeline import async_steady_s, pipeline_run_s, shared_rollout_s
 from libra.planner.settle import longest_sequence, settled_knobs
 from libra.planner.stats import PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
@@ -677,6 +677,22 @@ class Planner:
             return float("nan")
         return float(dp.evaluate(layout, counts)[0])
 
+    def hindsight_shared_s(self, outcome: StepOutcome) -> float:
+        """The model's rollout of a step that shared its engines, fed its own trajectories: the
+        rollout alone (``hindsight_rollout_s``) and the staleness cycle (``hindsight_cycle_s``)
+        mixed by the overlap the backend measured (``libra.planner.pipeline.shared_rollout_s``),
+        as the async price mixes them; the whole cycle when the backend measured no overlap.
+        What an overlapped step's measured rollout is compared with (``pipelined_factor``)."""
+        plan, step = outcome.plan, outcome.trajectories
+        cycle = self.hindsight_cycle_s(plan, step)
+        if outcome.overlap is None or not np.isfinite(cycle):
+            return cycle
+        alone = self.hindsight_rollout_s(plan, step)
+        if not np.isfinite(alone):
+            return cycle
+        k = max(1, int(plan.max_staleness or self.options.max_staleness))
+        return shared_rollout_s(alone, cycle, k, float(outcome.overlap))
+
     def observe(self, outcome: StepOutcome) -> float | None:
         """Learn from a step the backend ran: its measured rollout over the hindsight prediction,
         kept per layout kind; later searches scale their rollout predictions by it. Returns the
@@ -685,7 +701,7 @@ class Planner:
         self.completion.record(outcome)
         if outcome.overlapped:
             if outcome.plan.mode == "async" and self.options.continuous:
-                self.calibration.record_pipelined(float(outcome.rollout_s), self.hindsight_cycle_s(outcome.plan, outcome.trajectories))
+                self.calibration.record_pipelined(float(outcome.rollout_s), self.hindsight_shared_s(outcome))
             return None
         plan, step = outcome.plan, outcome.trajectories
         stats = compute_stats([step], step.prompt_tokens, window=1) if step.n else None
@@ -1044,8 +1060,9 @@ class Planner:
             corr = correction.factor(len(ro.layout.tps))
             ro_s = ro.makespan_s * corr  # the model's prediction times what past steps measured against it
             # async continuous generation: the engines' pace at full batches (None: the batch loop,
-            # whose makespan stands in, ``step_time``), and the staleness cycle, both times what
-            # async steps measured against the cycle (``pipelined_factor``)
+            # whose makespan stands in, ``step_time``), the staleness cycle and the rollout alone
+            # (what a shared rollout is mixed from, ``libra.planner.pipeline``), all times what
+            # async steps measured against the model's shared rollout (``pipelined_factor``)
             pipe = correction.pipelined
             load_s = ro.throughput_s * corr * pipe if continuous else None
             k = k_async
@@ -1064,12 +1081,13 @@ class Planner:
             for mode, streaming in loops:
                 if streaming and not stream_holds(cfg):
                     continue  # nothing settles a streamed step: its knobs must hold a longer batch
+                shared = pipe if mode == "async" and continuous else 1.0
                 if streaming:
                     base = streaming_step_s(ro_s, train_s, sync, finals, self.options.mini_batches, ready, ready_fraction)
                 else:
-                    base = step_time(mode, ro_s, train_s, sync, load_s, k, cohort_s, left)
+                    base = step_time(mode, ro_s * shared, train_s, sync, load_s, k, cohort_s, left)
                 robust = float(np.mean([
-                    expected_step_s(mode, streaming, float(r) * split_margin, train_s, sync, finals, self.options.mini_batches, sigma,
+                    expected_step_s(mode, streaming, float(r) * split_margin * shared, train_s, sync, finals, self.options.mini_batches, sigma,
                                     ready, None if load_s is None else load_s * split_margin, k,
                                     None if cohort_s is None else float(co) * split_margin, ready_fraction, left)
                     for r, co in zip(tails_s, tails_cohort)]))

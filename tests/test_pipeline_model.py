@@ -1,0 +1,69 @@
+"""The async pipeline's timing model (``libra.planner.pipeline``) and the overlap the simulator
+measures for it (``sim.engines.Engines.overlap_of``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from libra.planner.pipeline import async_steady_s, pipeline_run_s, shared_rollout_s
+from sim.engines import Engines
+
+
+def test_a_shared_rollout_is_linear_in_the_overlap_between_alone_and_the_cycle() -> None:
+    assert shared_rollout_s(100.0, 160.0, 2, 0.0) == 100.0
+    assert shared_rollout_s(100.0, 160.0, 2, 1.0) == pytest.approx(130.0)
+    assert shared_rollout_s(100.0, 160.0, 2, 2.0) == pytest.approx(160.0)
+    assert shared_rollout_s(100.0, 160.0, 2, 5.0) == pytest.approx(160.0)  # at most K others at once
+    assert shared_rollout_s(100.0, 90.0, 1, 1.0) == 100.0  # a cycle below the rollout alone is the rollout
+
+
+@pytest.mark.parametrize("rollout,chain,load,cohort,k", [
+    (150.0, 20.0, 1.0, 210.0, 2), (29.9, 29.9, 15.9, 43.6, 1), (40.0, 20.0, 1.0, 60.0, 1), (100.0, 10.0, 60.0, 150.0, 1),
+    (100.0, 30.0, 1.0, 180.0, 2), (100.0, 10.0, 1.0, 400.0, 3), (10.0, 50.0, 1.0, 12.0, 1), (80.0, 30.0, 70.0, 120.0, 1),
+])
+def test_the_steady_period_is_bounded_by_alone_and_whole_waves_and_is_the_long_runs(rollout: float, chain: float, load: float,
+                                                                                     cohort: float, k: int) -> None:
+    steady = async_steady_s(rollout, chain, load, cohort, k)
+    low = max(load, chain, (rollout + chain) / (k + 1))
+    high = max(load, chain, (cohort + chain) / (k + 1))
+    assert low * (1 - 1e-9) <= steady <= high * (1 + 1e-9)
+    # the run from a standing start tends to it (0.6% off where the cycle holds no parallel gain:
+    # four steps together take four times one)
+    n = 2000
+    assert pipeline_run_s("async", k, rollout, chain, n, cohort_s=cohort, load_s=load) / n == pytest.approx(steady, rel=0.01)
+
+
+def test_a_longer_chain_spaces_the_admissions_and_shrinks_the_overlap() -> None:
+    # the rollout alone 40 s, two together 60 s, K = 1: with a short chain the admissions bunch
+    # and the steps share the engines (above the no-sharing floor), with a chain at least the
+    # rollout the steps never overlap and the chain sets the pace
+    chains = (5.0, 15.0, 25.0, 35.0, 45.0)
+    periods = [async_steady_s(40.0, c, 1.0, 60.0, 1) for c in chains]
+    assert periods == sorted(periods)
+    assert periods[0] > (40.0 + 5.0) / 2 and periods[0] < (60.0 + 5.0) / 2
+    assert periods[-1] == pytest.approx(45.0)
+
+
+def _stage(start: float) -> SimpleNamespace:
+    return SimpleNamespace(step=SimpleNamespace(n=4), overlapped=False, stats=SimpleNamespace(start_s=start, end_s=float("nan")))
+
+
+def test_the_engines_measure_each_rollouts_time_weighted_overlap() -> None:
+    eng = Engines(0, ())
+    a, b, c = _stage(0.0), _stage(30.0), _stage(90.0)
+    eng.attach(a)  # type: ignore[arg-type]
+    eng.attach(b)  # type: ignore[arg-type]
+    a.stats.end_s = 60.0
+    eng.detach(a)  # type: ignore[arg-type]
+    assert eng.overlap_of(a) == pytest.approx(0.5)  # b ran 30 of a's 60 s
+    eng.attach(c)  # type: ignore[arg-type]
+    b.stats.end_s = 110.0
+    eng.detach(b)  # type: ignore[arg-type]
+    # a ran 30 of b's 80 s and c 20 (c still running counts to b's end)
+    assert eng.overlap_of(b) == pytest.approx(50.0 / 80.0)
+    c.stats.end_s = 150.0
+    eng.detach(c)  # type: ignore[arg-type]
+    assert eng.overlap_of(c) == pytest.approx(20.0 / 60.0)
+    assert a.overlapped and b.overlapped and c.overlapped
