@@ -185,3 +185,35 @@ def test_a_plan_asked_for_before_any_rollout_finished_keeps_the_launch_plan() ->
     few = PROMPTS[: max(1, first.train.dp - 1)]
     third = rp.plan([], few)
     assert third.notes["replanned"] is True and rp.replans == 2 and third.train.dp <= len(few)
+
+
+def test_a_launch_split_gives_training_a_gpu_count_that_holds_twice_the_prior() -> None:
+    """An undeclared kind's prior stops at 64K tokens, real logs reach twice that (AgentDojo,
+    123,547 tokens), and the first training runs on the launch split. On 28 B200 with Qwen3-14B
+    no strategy on 17 training GPUs holds 128K tokens (on 16 and 18 one does), and a launch of
+    11:17 stopped AgentDojo at step 0's training (held_out_34 replayed on session 24's code,
+    SIMULATED). Offered a near tie that holds it, the launch takes the nearest one; with none
+    within ``TIE_TOLERANCE`` it keeps its pick; a declared limit turns the rule off."""
+    from dataclasses import replace
+
+    from libra.planner.search import LAUNCH_MEMORY_HEADROOM, TIE_TOLERANCE
+
+    cl = ClusterSpec(28, "b200", "qwen3-14b", workload="agent")
+    planner = Planner(cl, make_evaluator(cl), SearchOptions(max_staleness=1, mini_batches=4, run_steps=5))
+    res = planner.search([], np.full(256, 900, np.int64))
+    tokens, seq, seq_max = planner.train_shape(res.stats)
+    need = int(seq_max * LAUNCH_MEMORY_HEADROOM)
+    assert planner.tree.best(17, tokens, seq, need).best is None
+    assert planner.tree.best(16, tokens, seq, need).best is not None and planner.tree.best(18, tokens, seq, need).best is not None
+    split = [c for c in res.candidates if not c.colocated and c.mode == "async"]
+    odd = next(c for c in split if c.n_train == 17)
+    # priced as a near tie of its even neighbours, the odd count gives way to the nearest of them
+    tied = [replace(c, robust_s=odd.rank()[0] * (1.0 + TIE_TOLERANCE / 2)) if c.n_train in (16, 18) else c for c in split]
+    picked = planner._holding_launch(odd, tied, res.stats, None)
+    assert picked.n_train in (16, 18)
+    # no near tie: the pick stands (the rule costs at most the tie band)
+    far = [replace(c, robust_s=odd.rank()[0] * (1.0 + 3 * TIE_TOLERANCE)) if c is not odd else c for c in split]
+    assert planner._holding_launch(odd, far, res.stats, None) is odd
+    # a declared limit: every strategy the search prices holds it, the rule is off
+    declared = Planner(replace(cl, max_context=32768), make_evaluator(cl), SearchOptions(max_staleness=1))
+    assert declared._holding_launch(odd, tied, res.stats, None) is odd

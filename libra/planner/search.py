@@ -567,6 +567,12 @@ UNSETTLED_FIRST_STEP = "sync+streaming"
 #: token runs) on 40 GB200 from time-shared to a split, 0.992 -> 0.942x of verl-colocated (K = 0).
 LAUNCH_STRETCH = 1 / 9
 
+#: How much longer than an undeclared kind's prior's longest sequence the training GPU count a run
+#: launches with must be able to hold, when a near tie can (``Planner._holding_launch``): real logs
+#: reach twice the default prior's 64K tokens (AgentDojo, 123,547), the first training cannot move
+#: GPUs, and a count no strategy fits stops the run.
+LAUNCH_MEMORY_HEADROOM = 2.0
+
 #: A streamed step starts training before its batch is complete, so nothing settles its knobs or
 #: layout for the batch (``libra.planner.settle``): a split streams only with a training strategy
 #: that holds this many times the longest sequence seen (or the declared limit, when the run declares
@@ -821,6 +827,7 @@ class Planner:
         pick = min(classes, key=lambda c: (regret[c], prices[0][c]))
         if pick == loop_class(nominal.best):
             best = self._near_tie_by_regret(nominal.best, nominal.candidates, runs, current)
+            best = self._holding_launch(best, nominal.candidates, nominal.stats, current)
             best = self._launch_layout(best, self._launch_runs(best, runs, prompt_tokens, current), current)
             return replace(nominal, best=best, hedge=regret)
         # the default prior's candidates hold each split's best loop only: the picked loop is
@@ -841,9 +848,45 @@ class Planner:
         filling = current is None or current.mode != "async"
         best = self._near_tie_by_regret(stay_within_tolerance(choose(of_class, self.options.max_staleness >= 1, filling), of_class, current),
                                         of_class, runs, current)
+        best = self._holding_launch(best, of_class, nominal.stats, current)
         best = self._launch_layout(best, self._launch_runs(best, runs, prompt_tokens, current), current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret)
+
+    def _holding_launch(self, best: Candidate, cands: Sequence[Candidate], stats: WorkloadStats, current: Plan | None) -> Candidate:
+        """``best``, or, when its training GPU count has no strategy that holds
+        ``LAUNCH_MEMORY_HEADROOM`` times the prior's longest sequence, the best-ranked candidate
+        of its loop class within ``TIE_TOLERANCE`` of it whose count has one, the nearest split first. Only at the launch
+        of a run of undeclared kind and no declared context limit (a declared limit is what every
+        strategy the search prices already holds), and only for a split (a time-shared plan
+        trains on every GPU).
+
+        Why: the run's first training happens on the launch split (moving GPUs is a transition,
+        and the first training cannot wait for one), and an undeclared kind's prior stops at
+        64K tokens where real logs reach twice that. AgentDojo's 123,547-token run on 28 B200
+        with Qwen3-14B at K=1 launched 11:17, and no strategy on 17 GPUs holds it (on 16 or 18
+        one does: tensor and context parallelism want even counts), so the run stopped at step
+        0's training (held_out_34's post-run replay on session 24's code, SIMULATED). A near
+        tie costs at most the tie band; a run that stops costs everything."""
+        if current is not None or best.colocated or declared_context(self.cluster) is not None:
+            return best
+        tokens, seq, seq_max = self.train_shape(stats)
+        need = -(-int(seq_max * LAUNCH_MEMORY_HEADROOM) // 256) * 256
+        memo: dict[int, bool] = {}
+
+        def holds(n: int) -> bool:
+            if n not in memo:
+                memo[n] = self.tree.best(n, tokens, seq, need).best is not None
+            return memo[n]
+
+        if holds(best.n_train):
+            return best
+        top = best.rank()[0]
+        cls = loop_class(best)
+        near = [c for c in cands if not c.colocated and loop_class(c) == cls and c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)
+                and c.n_train != best.n_train and holds(c.n_train)]
+        # the nearest such split: ``best`` may be a tie-break's pick (``_near_tie_by_regret``)
+        return min(near, key=lambda c: (abs(c.n_train - best.n_train), c.rank())) if near else best
 
     def _launch_runs(self, best: Candidate, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
                      current: Plan | None) -> list[SearchResult]:
