@@ -618,6 +618,10 @@ class SearchResult:
     hedge: dict[str, float] = field(default_factory=dict)
     #: the prior the search planned from (None: measured steps)
     stats_spec: PriorSpec | None = None
+    #: a hedged first step: the launched plan's worst-case regret over the prior scenarios (its
+    #: training GPU count and loop class priced in each, over that scenario's best plan; NaN: not
+    #: hedged). The class regret (``hedge``) re-chooses the split per scenario; this one does not.
+    launch_regret: float = float("nan")
 
 
 class Planner:
@@ -829,7 +833,7 @@ class Planner:
             best = self._near_tie_by_regret(nominal.best, nominal.candidates, runs, current)
             best = self._holding_launch(best, nominal.candidates, nominal.stats, current)
             best = self._launch_layout(best, self._launch_runs(best, runs, prompt_tokens, current), current)
-            return replace(nominal, best=best, hedge=regret)
+            return replace(nominal, best=best, hedge=regret, launch_regret=self._launch_regret(best, runs))
         # the default prior's candidates hold each split's best loop only: the picked loop is
         # priced on every split by the same search with that loop pinned
         if pick == "time-shared":
@@ -851,7 +855,7 @@ class Planner:
         best = self._holding_launch(best, of_class, nominal.stats, current)
         best = self._launch_layout(best, self._launch_runs(best, runs, prompt_tokens, current), current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
-                       hedge=regret)
+                       hedge=regret, launch_regret=self._launch_regret(best, runs))
 
     def _holding_launch(self, best: Candidate, cands: Sequence[Candidate], stats: WorkloadStats, current: Plan | None) -> Candidate:
         """``best``, or, when its training GPU count has no strategy that holds
@@ -887,6 +891,24 @@ class Planner:
                 and c.n_train != best.n_train and holds(c.n_train)]
         # the nearest such split: ``best`` may be a tie-break's pick (``_near_tie_by_regret``)
         return min(near, key=lambda c: (abs(c.n_train - best.n_train), c.rank())) if near else best
+
+    @staticmethod
+    def _launch_regret(best: Candidate, runs: Sequence[SearchResult]) -> float:
+        """``best``'s worst-case regret over the prior scenarios ``runs``: in each, the best price
+        of a candidate with its training GPU count and loop class (a time-shared plan: the
+        scenario's time-shared plan) over the scenario's best candidate; scenarios that priced no
+        such candidate are skipped (NaN when none did)."""
+        cls = loop_class(best)
+        worst = float("nan")
+        for r in runs:
+            if not r.candidates:
+                continue
+            top = min(float(c.rank()[0]) for c in r.candidates)
+            mine = [float(c.rank()[0]) for c in r.candidates if loop_class(c) == cls and (c.colocated or c.n_train == best.n_train)]
+            if mine and top > 0:
+                v = min(mine) / top
+                worst = v if worst != worst else max(worst, v)
+        return worst
 
     def _launch_runs(self, best: Candidate, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
                      current: Plan | None) -> list[SearchResult]:
@@ -1429,6 +1451,9 @@ class Planner:
                 "candidates": len(res.candidates),
                 "splits_cut_by_bound": res.skipped,
                 "dp_memo_hits": res.dp_hits,
+                # a hedged first step: the launched plan's worst-case regret over the prior
+                # scenarios (``SearchResult.launch_regret``; ``LibraPolicy`` reads it, ``HEDGE_REGRET_CAP``)
+                **({"hedge_regret": float(res.launch_regret)} if res.launch_regret == res.launch_regret else {}),
             },
         )
 
