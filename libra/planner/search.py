@@ -859,11 +859,11 @@ class Planner:
 
     def _holding_launch(self, best: Candidate, cands: Sequence[Candidate], stats: WorkloadStats, current: Plan | None) -> Candidate:
         """``best``, or, when its training GPU count has no strategy that holds
-        ``LAUNCH_MEMORY_HEADROOM`` times the prior's longest sequence, the best-ranked candidate
-        of its loop class within ``TIE_TOLERANCE`` of it whose count has one, the nearest split first. Only at the launch
-        of a run of undeclared kind and no declared context limit (a declared limit is what every
-        strategy the search prices already holds), and only for a split (a time-shared plan
-        trains on every GPU).
+        ``LAUNCH_MEMORY_HEADROOM`` times the prior's longest sequence, the candidate of its loop
+        class within ``TIE_TOLERANCE`` of it whose count has one, the nearest split first. Only at
+        the launch of a run of undeclared kind and no declared context limit (a declared limit is
+        what every strategy the search prices already holds), and only for a split (a time-shared
+        plan trains on every GPU).
 
         Why: the run's first training happens on the launch split (moving GPUs is a transition,
         and the first training cannot wait for one), and an undeclared kind's prior stops at

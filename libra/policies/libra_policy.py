@@ -61,15 +61,16 @@ ROUTERS: tuple[str, ...] = ("least-loaded", "least-loaded-rebalance", "reactive"
 #: Context caps tried, longest first, for a first step whose length prior fits nothing and whose
 #: workload declares no limit (``LibraPolicy._plan_assuming_cap``).
 ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
-#: A first step of undeclared kind whose launched loop class costs some prior scenario more than
-#: this many times that scenario's best plan (``Plan.notes["hedge_regret"]``) is planned again at
-#: each of ``ASSUMED_CAPS`` (``LibraPolicy._plan_below_regret``). Why: the default prior reaches
-#: 65,536 tokens, and on 36 H100 with Qwen3-32B only 32 training GPUs hold that, so every split
-#: the prior allowed gave rollout 4 GPUs, one TP-4 instance: the hedge launched it at a worst-case
-#: regret of 2.96, and InterCode SQL (a few thousand tokens a run) ran its first two steps at K=1
-#: on it, 0.435x of the time-shared baseline, which assumes 32,768 (held_out_35
-#: intercode-sql/h100-36-32b/K1, SIMULATED). Launches whose prior fits a reasonable split stay
-#: below 1.5 (the hedged tables of held_out_34's converted logs: 1.07-1.40).
+#: A first step of undeclared kind whose launched plan (its training GPU count and loop class)
+#: costs some prior scenario more than this many times that scenario's best plan
+#: (``Plan.notes["hedge_regret"]``, ``SearchResult.launch_regret``) is planned again at each of
+#: ``ASSUMED_CAPS`` (``LibraPolicy._plan_below_regret``). Why: the default prior reaches 65,536
+#: tokens, and on 36 H100 with Qwen3-32B only 32 training GPUs hold that, so every split the prior
+#: allowed gave rollout 4 GPUs, one TP-4 instance, which the short scenarios price at up to 11x
+#: their best (1,400 runs of 700-token prompts at K=1; 1.43 at an assumed 32,768); InterCode SQL (a few thousand tokens a run) ran its first two steps at K=1 on it,
+#: 0.435x of the time-shared baseline, which assumes 32,768 (held_out_35
+#: intercode-sql/h100-36-32b/K1, SIMULATED). At 1.5 the fallback fired on no launch of held_out_33
+#: or held_out_34 (every Libra row unchanged) and on held_out_35 only on 36 H100.
 HEDGE_REGRET_CAP = 1.5
 
 
