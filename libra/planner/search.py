@@ -603,6 +603,18 @@ def class_prices(cands: Sequence[Candidate]) -> dict[str, float]:
     return out
 
 
+def prices_by_train_gpus(cands: Sequence[Candidate], cls: str) -> dict[int, float]:
+    """Per training GPU count, the best expected step (``Candidate.rank``) among ``cands`` of
+    loop class ``cls`` (a time-shared plan's count is the training cap, one entry): how a
+    scenario prices a split whatever layout it re-chose (``Planner._near_tie_by_regret``,
+    ``Planner._launch_regret``)."""
+    out: dict[int, float] = {}
+    for c in cands:
+        if loop_class(c) == cls:
+            out[c.n_train] = min(out.get(c.n_train, float("inf")), float(c.rank()[0]))
+    return out
+
+
 @dataclass
 class SearchResult:
     """The best candidate and everything the search looked at."""
@@ -899,16 +911,11 @@ class Planner:
         scenario's time-shared plan) over the scenario's best candidate; scenarios that priced no
         such candidate are skipped (NaN when none did)."""
         cls = loop_class(best)
-        worst = float("nan")
-        for r in runs:
-            if not r.candidates:
-                continue
-            top = min(float(c.rank()[0]) for c in r.candidates)
-            mine = [float(c.rank()[0]) for c in r.candidates if loop_class(c) == cls and (c.colocated or c.n_train == best.n_train)]
-            if mine and top > 0:
-                v = min(mine) / top
-                worst = v if worst != worst else max(worst, v)
-        return worst
+        ratios = [mine / top for r in runs if r.candidates
+                  for top in [min(float(c.rank()[0]) for c in r.candidates)]
+                  for mine in [prices_by_train_gpus(r.candidates, cls).get(best.n_train)]
+                  if mine is not None and top > 0]
+        return max(ratios) if ratios else float("nan")
 
     def _launch_runs(self, best: Candidate, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
                      current: Plan | None) -> list[SearchResult]:
@@ -1009,14 +1016,7 @@ class Planner:
             return best
         if current is not None and any(same_shape(c, current) for c in near):
             return best
-        tables: list[dict[int, float]] = []
-        for r in runs:
-            table: dict[int, float] = {}
-            for c in r.candidates:
-                if not c.colocated and loop_class(c) == cls:
-                    table[c.n_train] = min(table.get(c.n_train, float("inf")), float(c.rank()[0]))
-            if table:
-                tables.append(table)
+        tables = [t for t in (prices_by_train_gpus(r.candidates, cls) for r in runs) if t]
         scored = [c for c in near if all(c.n_train in t for t in tables)]
         if not scored or not tables:
             return best

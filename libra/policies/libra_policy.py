@@ -64,7 +64,7 @@ ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
 #: A first step of undeclared kind whose launched plan (its training GPU count and loop class)
 #: costs some prior scenario more than this many times that scenario's best plan
 #: (``Plan.notes["hedge_regret"]``, ``SearchResult.launch_regret``) is planned again at each of
-#: ``ASSUMED_CAPS`` (``LibraPolicy._plan_below_regret``). Why: the default prior reaches 65,536
+#: ``ASSUMED_CAPS`` (``LibraPolicy._plan_assuming_cap``). Why: the default prior reaches 65,536
 #: tokens, and on 36 H100 with Qwen3-32B only 32 training GPUs hold that, so every split the prior
 #: allowed gave rollout 4 GPUs, one TP-4 instance, which the short scenarios price at up to 11x
 #: their best (1,400 runs of 700-token prompts at K=1; 1.43 at an assumed 32,768); InterCode SQL (a few thousand tokens a run) ran its first two steps at K=1 on it,
@@ -156,7 +156,7 @@ class LibraPolicy:
             plan = self._plan_assuming_cap(cluster, history, prompt_tokens)
         else:
             if not history and cluster.max_context is None and plan.notes.get("hedge_regret", 1.0) > HEDGE_REGRET_CAP:
-                plan = self._plan_below_regret(cluster, history, prompt_tokens, plan)
+                plan = self._plan_assuming_cap(cluster, history, prompt_tokens, incumbent=plan)
         if not self._trained:
             self._provisional.append(plan)
         model = RemainingWorkModel.fit(history, window=max(self.window, 4))
@@ -174,54 +174,49 @@ class LibraPolicy:
         if not self._trained:  # the first training's re-layout prices its step with it (``settle_training``)
             self._measured_rollout_s[outcome.step] = float(outcome.rollout_s)
 
-    def _plan_assuming_cap(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray) -> Plan:
-        """The first step when no context limit is declared and nothing fits the length prior's
-        own cap (65,536 tokens, a guess): planned for the longest context that fits, halving from
-        ``ASSUMED_CAPS[0]``, flagged ``notes["assumed_max_context"]``. A wrong guess then costs
-        a re-plan after the first step, not a refusal (Qwen3-32B on 16 A800s was refused at
-        sequence 65,536 while verl-colocated, assuming 32,768, ran it)."""
+    def _plan_assuming_cap(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray,
+                           incumbent: Plan | None = None) -> Plan:
+        """The first step when no context limit is declared and the length prior's own cap
+        (65,536 tokens, a guess) does not serve: planned again for each of ``ASSUMED_CAPS``,
+        longest first, flagged ``notes["assumed_max_context"]``.
+
+        Nothing fits that cap (``incumbent`` None): the first cap that fits is taken. A wrong
+        guess then costs a re-plan after the first step, not a refusal (Qwen3-32B on 16 A800s was
+        refused at sequence 65,536 while verl-colocated, assuming 32,768, ran it).
+
+        The cap fits only a launch (``incumbent``) whose worst-case regret over the prior
+        scenarios exceeds ``HEDGE_REGRET_CAP``: the first cap whose launch is within it is taken,
+        else the one of least regret, ``incumbent`` included. Why: a cap the cluster fits only on
+        an extreme split (the prior's 64K held by 32 of 36 H100s for Qwen3-32B) turns every split
+        class into that split, whose rollout every short scenario prices at several times its
+        best. A shorter assumed cap is what the baselines assume too (verl-colocated: 32,768);
+        the risk it takes is a step-0 run longer than the cap that the launched training GPUs
+        cannot hold, which stops the run (the simulator refuses an out-of-memory training), the
+        same risk the baselines take."""
         assert self._ev is not None and self._replanner is not None
+        best = incumbent
+        best_regret = float(incumbent.notes["hedge_regret"]) if incumbent is not None else float("inf")
         err: UserError | None = None
         for cap in ASSUMED_CAPS:
             planner = Planner(dataclasses.replace(cluster, max_context=cap), self._ev, self._options)
             try:
-                plan = planner.plan(history, prompt_tokens)
+                cand = planner.plan(history, prompt_tokens)
             except UserError as e:
                 err = e
                 continue
-            plan = dataclasses.replace(plan, notes={**plan.notes, "assumed_max_context": cap, "replanned": True})
-            self._replanner.current = plan
-            return plan
-        assert err is not None
-        raise err
-
-    def _plan_below_regret(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray, plan: Plan) -> Plan:
-        """The first step of an undeclared kind whose hedged launch (``plan``, from the default
-        prior's 65,536-token cap) costs some prior scenario more than ``HEDGE_REGRET_CAP`` times
-        its best: planned again for each of ``ASSUMED_CAPS``, longest first, and the first whose
-        launch is within the cap is taken (else the one of least worst-case regret, ``plan``
-        included), flagged ``notes["assumed_max_context"]`` as ``_plan_assuming_cap`` does.
-
-        Why: a cap the cluster fits only on an extreme split (the prior's 64K held by 32 of 36
-        H100s for Qwen3-32B) turns every split class into that split, whose rollout every short
-        scenario prices at several times its best (``HEDGE_REGRET_CAP``). A shorter assumed cap
-        is what the baselines assume too (verl-colocated: 32,768); the risk it takes is a step-0
-        run longer than the cap that the launched training GPUs cannot hold, which stops the run
-        (the simulator refuses an out-of-memory training), the same risk the baselines take."""
-        assert self._ev is not None and self._replanner is not None
-        best, best_regret = plan, float(plan.notes["hedge_regret"])
-        for cap in ASSUMED_CAPS:
-            planner = Planner(dataclasses.replace(cluster, max_context=cap), self._ev, self._options)
-            try:
-                cand = planner.plan(history, prompt_tokens)
-            except UserError:
-                continue
+            cand = dataclasses.replace(cand, notes={**cand.notes, "assumed_max_context": cap, "replanned": True})
+            if incumbent is None:
+                best = cand
+                break
             regret = float(cand.notes.get("hedge_regret", 1.0))
             if regret < best_regret:
-                best, best_regret = dataclasses.replace(cand, notes={**cand.notes, "assumed_max_context": cap, "replanned": True}), regret
+                best, best_regret = cand, regret
             if regret <= HEDGE_REGRET_CAP:
                 break
-        if best is not plan:
+        if best is None:
+            assert err is not None
+            raise err
+        if best is not incumbent:
             self._replanner.current = best
         return best
 
