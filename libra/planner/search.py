@@ -1068,8 +1068,13 @@ class Planner:
             # memory is checked at the longest sequence measured so far, not the window's: the
             # window's maximum moves with the tail of a few steps, and the training strategy
             # flipped with it (ZeRO-1 -> ZeRO-2 -> ZeRO-1 in three search-r1 steps on 32 H200,
-            # a re-shard each way, 14 s, SIMULATED); a sequence that long was seen, so it can recur
-            seq_max = max(seq_max, self._seq_max_seen)
+            # a re-shard each way, 14 s, SIMULATED); a sequence that long was seen, so it can recur.
+            # The longest measured sequence too, not only the forecast's tail (the trajectory of
+            # the longest critical path, which need not be the longest): the settle holds it
+            # (``libra.planner.settle.batch_shape``), and a plan kept while its training GPUs
+            # held none of it trained nothing the next time it came (SWE-agent on 36 H100 /
+            # Qwen3-32B, K=1: a 49,809-token run at step 1, 16:20 kept at step 2, SIMULATED)
+            seq_max = max(seq_max, self._seq_max_seen, int(-(-longest_sequence(history) // 256) * 256))
             self._seq_max_seen = seq_max
         # and at the longest context the run may bring (its declared limit) when some strategy
         # holds it: the baselines are held to the same
