@@ -60,6 +60,14 @@ class Policy(Protocol):
     # ``longest`` tokens its plan's strategy cannot hold; it returns that layout at a micro-batch
     # that holds it (a trainer forming micro-batches by a token budget), or None (the step cannot
     # train: a real trainer runs out of memory). Without it such a step fails.
+    # Optional: ``oversized_training(plan, batch: StepArrays, seen: Sequence[StepArrays]) ->
+    # TrainConfig | None``. Backends call it when a complete (unstreamed) batch of a split plan
+    # brings a sequence no strategy on the plan's training GPUs holds (after ``settle_training``);
+    # it returns a strategy on another GPU count that holds it (``libra.planner.settle.
+    # outgrown_training``), and the backend trains the step on that many GPUs: fewer of its own,
+    # or its own plus rollout GPUs it takes once their rollouts end (re-shards and the GPUs'
+    # return to rollout charged). None, or without it, the step fails (a real trainer runs out of
+    # memory). The simulator runs it; libra-run does not ask it yet.
     # Optional: ``training_plan(plan, latest: Plan) -> Plan``. Backends call it when a step's
     # (unstreamed, split) training is about to start and a later step's plan (``latest``) has
     # been made with another training split or layout; it returns ``plan`` or ``latest``, and

@@ -297,7 +297,8 @@ class Simulator:
             if shareable:
                 pool = self.policy.pool(plan)
                 shareable = pool is None
-            adopt = shareable and prev_eng is not None and prev_eng.key == layout(plan.instances)
+            adopt = (shareable and prev_eng is not None and not prev_eng.closing
+                     and prev_eng.key == layout(plan.instances))
             if prev_eng is not None and not adopt:  # a new layout: today's loop, after the old rollout's tail
                 prev_eng.closing = True
                 if prev_eng.idle:
@@ -468,8 +469,9 @@ class Simulator:
             if cfg is not None and same_layout(cfg, plan.train) and cfg.n_gpus == plan.train.n_gpus:
                 job.settle(cfg)
                 plan = dataclasses.replace(plan, train=cfg)
+        extra: tuple[int, ...] = ()  # GPUs taken from rollout for a batch the plan's cannot hold
         if self.cfg.train_memory_check and not self._holds(plan.train, step):
-            raise SimulationError(self._oom_message(step, plan))
+            plan, extra = yield from self._outgrown(j, step, plan, job)
         trans = self._transitions[j]
         if held is not None and plan.colocated == held[0].colocated:
             # split to split, or time-shared to time-shared: the trainer re-shards when it trains
@@ -510,7 +512,11 @@ class Simulator:
         else:
             sync = self.costs.weight_sync_s(plan.train, plan.instances, job.gpus) * self.noise_xfer.factor()
             yield env.timeout(sync)
-        self.ledger.release(job.gpus, owner)
+        self.ledger.release(tuple(g for g in job.gpus if g not in extra), owner)
+        if extra:  # they go back to rollout: the training state offloads, the engine wakes
+            back = sc.return_s(plan.train, rtp) * self.noise_xfer.factor()
+            ev = env.timeout(back)
+            ev.callbacks.append(lambda _e, g=extra, o=("outgrown", step.step): self.ledger.release(g, o))
         for loan in job.loans:
             self.ledger.transfer(loan.gpus, ("loan", id(job)), ("return", id(job)))
             ev = env.timeout(loan.return_s)
@@ -551,6 +557,49 @@ class Simulator:
         self._train_gpu_sets[j] = frozenset(gpus)
         self._train_split[j] = latest.n_train_gpus
         return dataclasses.replace(plan, n_train_gpus=latest.n_train_gpus, train=latest.train, instances=latest.instances), i
+
+    def _outgrown(self, j: int, step: StepArrays, plan: Plan, job: TrainJob) -> Generator[Any, Any, tuple[Plan, tuple[int, ...]]]:
+        """Step ``j``'s complete batch brought a sequence no strategy of its plan's training GPUs
+        holds: the policy picks a strategy on another GPU count that does
+        (``Policy.oversized_training``), and the training runs it, on fewer of its own GPUs, or
+        on its own plus rollout GPUs it takes once they are free (the rollout engines holding
+        them retire when their rollouts end; no new step starts on them). Returns the plan the
+        training runs under and the GPUs taken from rollout, which go back after the training
+        (``StepCosts.return_s``, charged by the caller). The re-shard into the new strategy and
+        back at the next training are the caller's layout-change charges. Without the hook, a
+        streamed step, a time-shared plan, or no strategy that holds it: the step fails, as a
+        real trainer runs out of memory.
+
+        Why: at K >= 1 a plan is made before the batch it trains exists, and a later step can
+        bring a longer sequence than any before: MiniSWE on 44 A800 (Qwen3-14B, K=1) brought
+        89,978 tokens at step 3 to a plan whose 20 training GPUs hold none (16, 24 and 28 do),
+        and the run stopped where verl-colocated and areal-static-optimal ran (held_out_35,
+        SIMULATED)."""
+        ask = getattr(self.policy, "oversized_training", None)
+        if ask is None or job.feed is not None or plan.colocated:
+            raise SimulationError(self._oom_message(step, plan))
+        cfg = ask(plan, step, tuple(self.history))
+        if cfg is None or not self._holds(cfg, step) or cfg.n_gpus > self.cluster.n_gpus:
+            raise SimulationError(self._oom_message(step, plan))
+        own = tuple(job.gpus)
+        extra: tuple[int, ...] = ()
+        if cfg.n_gpus > len(own):
+            mine = set(own)
+            others = [g for g in range(self.cluster.n_gpus) if g not in mine]
+            others.sort(key=lambda g: (not self.ledger.is_free((g,)), -g))  # free ones first
+            extra = tuple(sorted(others[: cfg.n_gpus - len(own)]))
+            taken = set(extra)
+            for eng in dict.fromkeys(e for e in self._engines_of if e is not None and not e.retired):
+                if any(taken.intersection(inst.gpus) for inst in eng.instances.values()):
+                    eng.closing = True  # no later step adopts them; they retire once idle
+                    if eng.idle:
+                        self._retire(eng)
+            self._train_gpu_sets[j] = frozenset(own + extra)
+            yield self.ledger.acquire(extra, ("outgrown", step.step))
+            job.gpus = own + extra
+        job.settle(cfg)
+        self._train_split[j] = max(len(own), cfg.n_gpus)
+        return dataclasses.replace(plan, n_train_gpus=max(plan.n_train_gpus, cfg.n_gpus), train=cfg), extra
 
     def _holds(self, train: TrainConfig, step: StepArrays) -> bool:
         """Whether ``train`` holds ``step``'s longest sequence (prompt, generated and returned

@@ -179,3 +179,80 @@ def test_a_streamed_step_trains_a_longer_sequence_in_smaller_micro_batches(tree:
     res = run(True)
     assert res.completed == res.expected
     assert res.steps[1].transition_s == 0.0  # the same layout: no re-shard
+
+
+class Outgrows(FixedPolicy):
+    """A fixed split whose training, when no strategy on its GPUs holds a batch, runs on the
+    count ``outgrown_training`` picks (``Policy.oversized_training``), or fails without it."""
+
+    def __init__(self, plan: Plan, gpu: str, model: str, n_gpus: int, hook: bool) -> None:
+        super().__init__(plan)
+        self.tree = DecisionTree(StepCosts(CostEvaluator(gpu, model), 8), 8)
+        self.asked: list[TrainConfig | None] = []
+        if hook:
+            def oversized(plan: Plan, batch: Any, seen: Any) -> TrainConfig | None:
+                from libra.planner.settle import outgrown_training
+
+                got = outgrown_training(self.tree, plan.train, batch, seen, None, n_gpus)
+                self.asked.append(got)
+                return got
+
+            self.oversized_training = oversized
+
+
+def _outgrowing_run(gpu: str, model: str, n_gpus: int, n_train: int, gen: tuple[int, int], hook: bool) -> tuple[Any, Outgrows]:
+    """A split of ``n_train`` training GPUs (TP 2, ZeRO-3, recompute) on ``n_gpus``, replaying a
+    short step, then a step of ~5 x ``gen`` -token sequences no strategy on ``n_train`` GPUs
+    holds, then a short one."""
+    steps = [make_step(0, 8, seed=5), make_step(1, 8, seed=5, turns=(5, 5), gen=gen), make_step(2, 8, seed=6)]
+    n_roll = n_gpus - n_train
+    plan = Plan(n_rollout_gpus=n_roll, n_train_gpus=n_train, train=TrainConfig(tp=2, pp=1, dp=n_train // 2, zero_stage=3, recompute=True),
+                instances=uniform_instances(n_roll, 8, 8), buckets=(Bucket(0, 8, 0, None),))
+    pol = Outgrows(plan, gpu, model, n_gpus, hook)
+    res = Simulator(steps, pol, ClusterSpec(n_gpus, gpu, model), SimCosts(CostEvaluator(gpu, model)), SimConfig(noise_sigma=0.0)).run()
+    return res, pol
+
+
+@pytest.mark.parametrize("gpu,model,n_gpus,n_train,gen,want", [
+    # 89,978 tokens of Qwen3-14B on A800s fit 16, 24 or 28 training GPUs, not 20 (TP 8 wants a
+    # multiple of 8, and TP 4 on 20 needs 82.9 GB of 80): fewer of its own GPUs, nothing waits
+    ("a800", "qwen3-14b", 44, 20, (17500, 17600), 16),
+    # ~50K tokens of Qwen3-32B on H100s fit no count below 24: four GPUs come from rollout
+    ("h100", "qwen3-32b", 36, 20, (9700, 9800), 24),
+])
+def test_a_batch_its_plans_training_gpus_cannot_hold_trains_on_a_count_that_holds_it(
+        gpu: str, model: str, n_gpus: int, n_train: int, gen: tuple[int, int], want: int) -> None:
+    """held_out_35: MiniSWE on 44 A800 (Qwen3-14B, K=1) brought 89,978 tokens at step 3 to a plan
+    whose 20 training GPUs hold none, and SWE-agent on 36 H100 (Qwen3-32B) 49,809 at step 1 to
+    another 20; both runs stopped where a baseline ran (SIMULATED). A policy may train such a
+    batch on another GPU count (``Policy.oversized_training``); without it the step fails."""
+    with pytest.raises(SimulationError, match=r"cannot train step 1: its longest sequence .* does not fit in memory"):
+        _outgrowing_run(gpu, model, n_gpus, n_train, gen, hook=False)
+    res, pol = _outgrowing_run(gpu, model, n_gpus, n_train, gen, hook=True)
+    assert res.completed == res.expected
+    assert [c.n_gpus if c else None for c in pol.asked] == [want]  # asked once: the long step only
+    assert res.steps[1].n_train_gpus == max(n_train, want)
+    assert res.steps[1].transition_s > 0.0  # the re-shard onto the new count
+    assert res.steps[2].n_train_gpus == n_train and res.steps[2].transition_s > 0.0  # and back
+
+
+def test_a_plan_made_after_a_step_holds_its_longest_sequence() -> None:
+    """The planner checks memory at the longest sequence measured, not only at its forecast's
+    tail (the trajectory of the longest critical path, which need not be the longest one): the
+    settle holds the longest seen (``batch_shape``). SWE-agent on 36 H100 / Qwen3-32B, K=1: the
+    plan after a 49,809-token step kept a training layout that holds none of it (SIMULATED)."""
+    import os
+
+    from libra.policies import PolicyOptions, resolve
+    from sim.replay import load_steps
+
+    log = os.path.join(os.path.dirname(__file__), "..", "experiments", "data", "held_out_31",
+                       "sweagent-rep-gpt-4-0125-swebench-lite.jsonl.gz")
+    steps, _ = load_steps(log)
+    cluster = ClusterSpec(36, "h100", "qwen3-32b")
+    pol = resolve("libra", cluster, PolicyOptions(max_staleness=1))
+    for k in range(3):
+        plan = pol.plan(cluster, tuple(steps[:k]), steps[k].prompt_tokens)
+    longest = max(int(s.total_tokens.max()) for s in steps[:2])
+    assert longest > 45_000
+    assert memory_report(CostEvaluator("h100", "qwen3-32b"), plan.train, longest).fits

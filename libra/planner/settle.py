@@ -148,6 +148,47 @@ def memory_relayout(tree: DecisionTree, train: TrainConfig, longest: int, tokens
     return train
 
 
+def outgrown_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, seen: Sequence[StepArrays],
+                      declared_context: int | None, cap_gpus: int, micro_batch: int | None = None) -> TrainConfig | None:
+    """A strategy for ``batch`` on another GPU count than ``train``'s, for a batch whose longest
+    sequence no strategy on ``train``'s GPUs holds: the fastest on fewer of them that holds it
+    (nothing waits: the trainer already has those GPUs), else the fastest on the fewest more GPUs,
+    up to ``cap_gpus``, that holds it (the backend takes the extra ones from rollout once they
+    are free). Each holds the longest sequence seen (``batch_shape``) where a strategy on its
+    count does, else the batch's own. None when no count up to ``cap_gpus`` holds the batch.
+
+    Why: a plan is made before the batch it trains exists (at K >= 1 the next step's rollout
+    already runs), and a step may bring a longer sequence than any before; the GPU counts that
+    hold a long sequence are sparse (TP 8 wants a multiple of 8: 89,978 tokens of Qwen3-14B on
+    A800s fit 16, 24 or 28 GPUs but not 20), so a plan's count may hold none while a nearby one
+    does. A real trainer that runs out of memory stops the run (the simulator refuses it); a
+    resource manager can re-shard onto the GPUs the batch needs, and pays for the re-shard, the
+    wait for the GPUs and their return to rollout."""
+    if not batch.n:
+        return None
+    tokens, seq, memory = batch_shape(tree, batch, seen, declared_context, cap_gpus)
+    longest = int(batch.total_tokens.max())
+    timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
+
+    def fastest(n: int) -> tuple[float, TrainConfig] | None:
+        for need in dict.fromkeys((memory, max(1, longest))):
+            res = enumerate_strategies(tree.ev, n, max(1, tokens // max(1, seq)), need, tree.gpus_per_node, timer, bound=False)
+            ranked = [(float(t), cfg) for t, cfg in res.ranked if micro_batch is None or cfg.micro_batch == micro_batch]
+            ranked = ranked or [(float(t), cfg) for t, cfg in res.ranked]
+            if ranked:
+                return ranked[0]
+        return None
+
+    fewer = [hit for n in range(train.n_gpus - 1, 0, -1) if (hit := fastest(n)) is not None]
+    if fewer:
+        return min(fewer, key=lambda x: (x[0], x[1].n_gpus))[1]
+    for n in range(train.n_gpus + 1, cap_gpus + 1):
+        hit = fastest(n)
+        if hit is not None:
+            return hit[1]
+    return None
+
+
 def batch_shape(tree: DecisionTree, batch: StepArrays, seen: Sequence[StepArrays], declared_context: int | None,
                 cap_gpus: int) -> tuple[int, int, int]:
     """(tokens, mean sequence length, memory length) a complete batch trains with: the memory

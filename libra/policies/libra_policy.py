@@ -47,7 +47,7 @@ from libra.planner.plan import Plan, TrainConfig, same_layout
 from libra.planner.search import Planner, Replanner, SearchOptions, declared_context
 from libra.planner.transfers import weight_sync_s
 from libra.planner.pipeline import pipeline_run_s
-from libra.planner.settle import first_layout, settle_training, streamed_micro_batch
+from libra.planner.settle import first_layout, outgrown_training, settle_training, streamed_micro_batch
 from libra.policies.options import PolicyOptions, options_for
 from libra.pool.base import PoolPolicy
 from libra.pool.elastic import ElasticPool
@@ -294,6 +294,16 @@ class LibraPolicy:
                 cfg = new
         self._trained = True
         return cfg
+
+    def oversized_training(self, plan: Plan, batch: StepArrays, seen: Sequence[StepArrays]) -> TrainConfig | None:
+        """The strategy ``batch`` trains with when no strategy on ``plan``'s training GPUs holds
+        its longest sequence (``libra.planner.settle.outgrown_training``): on fewer of them, else
+        on the fewest more, taken from rollout for this training; None when no count the
+        training backend can use holds it. The next plans hold that sequence (the planner checks
+        memory at the longest sequence measured), so this is paid once."""
+        planner = self.planner
+        return outgrown_training(planner.tree, self._relaid(plan), batch, seen, declared_context(planner.cluster),
+                                 planner.cluster.train_gpu_cap, self.options.micro_batch)
 
     def training_plan(self, plan: Plan, latest: Plan) -> Plan:
         """The plan a step's training runs under when a later step's plan (``latest``) exists by
