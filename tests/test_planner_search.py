@@ -656,3 +656,26 @@ def test_the_time_shared_candidate_trains_the_strategy_cheapest_with_its_switche
     assert c.train_s - fixed + c.sync_s == pytest.approx(min(cost.values()), rel=1e-9)
     fastest = every.ranked[0][1]
     assert cost[c.train] < cost[fastest] - 1.0  # here the fastest to train is not the cheapest time-shared
+
+
+def test_the_plan_in_force_is_kept_when_its_layout_holds_the_sequence_at_lighter_knobs() -> None:
+    """Whether the plan in force may be kept is a question of its layout: micro-batch and recompute
+    move nothing and each step settles them for its batch. The search checked the plan's own
+    knobs, so a longer sequence dropped the plan in force and the search had to move: FireAct
+    multitask on 36 H100 / Qwen3-32B, K=1, left 12:24 (TP 4 x PP 2 x DP 3 at micro-batch 4, not
+    holding 1,536 tokens) for 8:28 at a 4.7 s re-shard (held_out_35, SIMULATED). A streamed plan
+    runs its own knobs (nothing settles a streamed step): those must hold it."""
+    from dataclasses import replace
+
+    from libra.planner.decision_tree import memory_report
+
+    steps = list(generate_steps("search", 3, 64, 8, 0, max_context=8192))
+    cl = ClusterSpec(32, "h100", "qwen3-8b", 8, max_context=8192)
+    planner = Planner(cl, options=SearchOptions(max_staleness=1))
+    first = planner.to_plan(planner.search(steps[:1], steps[1].prompt_tokens))
+    running = replace(first, train=replace(first.train, micro_batch=64, recompute=False))
+    assert not memory_report(planner.ev, running.train, 8192).fits
+    assert memory_report(planner.ev, replace(running.train, micro_batch=1, recompute=True), 8192).fits
+    dp = planner.rollout_dp(compute_stats(steps[:2], steps[2].prompt_tokens, window=planner.options.window))
+    assert planner._kept(running, dp, 8192) is not None
+    assert planner._kept(replace(running, streaming=True), dp, 8192) is None

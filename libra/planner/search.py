@@ -1331,8 +1331,18 @@ class Planner:
         if current.n_train_gpus > self.cluster.train_gpu_cap:
             return None
         if not provisional or current.colocated or current.streaming:
+            # the layout must hold it, not the plan's knobs: micro-batch and recompute move
+            # nothing and each step settles them for its batch (``kept_knobs`` re-chooses them
+            # below), so a layout whose lightest knobs hold ``seq_max`` can be kept. Checking the
+            # plan's own knobs dropped the plan in force whenever a longer sequence came, and the
+            # search had to move: FireAct multitask on 36 H100 / Qwen3-32B, K=1, left 12:24
+            # (TP 4 x PP 2 x DP 3 at micro-batch 4, 1,536 tokens) for 8:28 at a 4.7 s re-shard,
+            # 0.92x of areal-static-optimal (held_out_35, SIMULATED). A streamed step runs its
+            # plan's knobs (nothing settles it): those must hold it.
+            held = current.train if current.streaming else replace(
+                current.train, micro_batch=self.options.micro_batch or 1, recompute=True)
             try:
-                rep = memory_report(self.ev, current.train, seq_max)
+                rep = memory_report(self.ev, held, seq_max)
             except ValueError:
                 return None
             if not bool(getattr(rep, "fits", rep)):
