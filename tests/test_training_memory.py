@@ -256,3 +256,21 @@ def test_a_plan_made_after_a_step_holds_its_longest_sequence() -> None:
     longest = max(int(s.total_tokens.max()) for s in steps[:2])
     assert longest > 45_000
     assert memory_report(CostEvaluator("h100", "qwen3-32b"), plan.train, longest).fits
+
+
+def test_a_synchronous_loop_trains_an_outgrown_batch_on_the_fastest_count() -> None:
+    """With the rollout over (a synchronous loop), nothing waits for rollout GPUs: the outgrown
+    batch takes the fastest count up to the cap, its extra GPUs' return to rollout included; in
+    an async loop, fewer of its own GPUs first (no wait for a running rollout)."""
+    from libra.planner.settle import outgrown_training
+
+    tree = DecisionTree(StepCosts(CostEvaluator("a800", "qwen3-14b"), 8), 8)
+    step = make_step(1, 8, seed=5, turns=(5, 5), gen=(17500, 17600))  # ~89K tokens: 20 GPUs hold none
+    train = TrainConfig(tp=2, pp=1, dp=10, zero_stage=3, recompute=True)
+    during = outgrown_training(tree, train, step, [step], None, 44)
+    after = outgrown_training(tree, train, step, [step], None, 44, rollout_idle=True, rollout_tp=8)
+    assert during is not None and after is not None
+    assert during.n_gpus < 20 < after.n_gpus <= 44
+    tokens, seq, _ = batch_shape(tree, step, [step], None, 44)
+    timer = training_time_fn(tree.costs, tokens, seq)
+    assert timer(after) + tree.costs.return_s(after, 8) < timer(during)

@@ -149,13 +149,19 @@ def memory_relayout(tree: DecisionTree, train: TrainConfig, longest: int, tokens
 
 
 def outgrown_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, seen: Sequence[StepArrays],
-                      declared_context: int | None, cap_gpus: int, micro_batch: int | None = None) -> TrainConfig | None:
+                      declared_context: int | None, cap_gpus: int, micro_batch: int | None = None,
+                      rollout_idle: bool = False, rollout_tp: int = 1) -> TrainConfig | None:
     """A strategy for ``batch`` on another GPU count than ``train``'s, for a batch whose longest
-    sequence no strategy on ``train``'s GPUs holds: the fastest on fewer of them that holds it
-    (nothing waits: the trainer already has those GPUs), else the fastest on the fewest more GPUs,
-    up to ``cap_gpus``, that holds it (the backend takes the extra ones from rollout once they
-    are free). Each holds the longest sequence seen (``batch_shape``) where a strategy on its
-    count does, else the batch's own. None when no count up to ``cap_gpus`` holds the batch.
+    sequence no strategy on ``train``'s GPUs holds. While a rollout runs beside the training (an
+    async loop): the fastest on fewer of its GPUs that holds it (nothing waits: the trainer already
+    has those GPUs), else the fastest on the fewest more GPUs, up to ``cap_gpus``, that holds it
+    (the backend takes the extra ones from rollout once they are free). With the rollout idle
+    (``rollout_idle``: a synchronous loop, whose rollout is over when its training starts), the
+    fastest on any count up to ``cap_gpus``, a count above ``train``'s priced with the extra GPUs'
+    return to rollout (``StepCosts.return_s`` at ``rollout_tp``, what the backend charges before
+    the next rollout may use them). Each holds the longest sequence seen (``batch_shape``) where a
+    strategy on its count does, else the batch's own. None when no count up to ``cap_gpus`` holds
+    the batch.
 
     Why: a plan is made before the batch it trains exists (at K >= 1 the next step's rollout
     already runs), and a step may bring a longer sequence than any before; the GPU counts that
@@ -180,6 +186,11 @@ def outgrown_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays,
         return None
 
     fewer = [hit for n in range(train.n_gpus - 1, 0, -1) if (hit := fastest(n)) is not None]
+    if rollout_idle:
+        more = [(t + tree.costs.return_s(cfg, rollout_tp), cfg)
+                for n in range(train.n_gpus + 1, cap_gpus + 1) if (hit := fastest(n)) is not None for t, cfg in [hit]]
+        both = fewer + more
+        return min(both, key=lambda x: (x[0], x[1].n_gpus))[1] if both else None
     if fewer:
         return min(fewer, key=lambda x: (x[0], x[1].n_gpus))[1]
     for n in range(train.n_gpus + 1, cap_gpus + 1):
