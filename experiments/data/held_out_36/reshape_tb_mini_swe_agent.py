@@ -117,7 +117,7 @@ def clean_cast(raw: str) -> tuple[str, list[int], list[float], float]:
     s = "".join(parts)
     spans = [(m.start(), m.end()) for m in _NOISE.finditer(s)]
     if spans:  # drop the LiteLLM blocks and spinner leftovers, shifting the event offsets
-        kept, removed_before, new_offs, j, cut = [], [], [], 0, 0
+        kept, new_offs, j, cut = [], [], 0, 0
         prev = 0
         for a, b in spans:
             kept.append(s[prev:a])
