@@ -137,15 +137,24 @@ def memory_relayout(tree: DecisionTree, train: TrainConfig, longest: int, tokens
     Same-layout knobs come first (no re-shard), then any layout on the same GPUs; a user's
     micro-batch pin is kept where a strategy holding the sequence allows it."""
     longest = int(-(-max(int(longest), 1) // 256) * 256)
+    ranked = holding_strategies(tree, train.n_gpus, tokens, seq, (memory, min(memory, longest)), micro_batch)
+    same = [cfg for _, cfg in ranked if same_layout(cfg, train)]
+    return same[0] if same else ranked[0][1] if ranked else train
+
+
+def holding_strategies(tree: DecisionTree, n_gpus: int, tokens: int, seq: int, needs: Sequence[int],
+                       micro_batch: int | None = None) -> list[tuple[float, TrainConfig]]:
+    """The strategies on ``n_gpus`` GPUs that hold the first of ``needs`` (sequence lengths,
+    most demanding first) any of them holds, with their training times, fastest first; those at
+    the user's ``micro_batch`` pin when any is. Empty when none holds even the last need. What
+    ``memory_relayout`` (on the plan's GPUs) and ``outgrown_training`` (on other counts) pick from."""
     timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
-    for need in dict.fromkeys((memory, min(memory, longest))):
-        res = enumerate_strategies(tree.ev, train.n_gpus, max(1, tokens // max(1, seq)), need, tree.gpus_per_node, timer, bound=False)
-        fitting = [cfg for _, cfg in res.ranked]  # fastest first
-        pinned = [c for c in fitting if micro_batch is None or c.micro_batch == micro_batch] or fitting
-        same = [c for c in pinned if same_layout(c, train)]
-        if same or pinned:
-            return (same or pinned)[0]
-    return train
+    for need in dict.fromkeys(needs):
+        res = enumerate_strategies(tree.ev, n_gpus, max(1, tokens // max(1, seq)), need, tree.gpus_per_node, timer, bound=False)
+        fitting = [(float(t), cfg) for t, cfg in res.ranked]  # fastest first
+        if fitting:
+            return [x for x in fitting if micro_batch is None or x[1].micro_batch == micro_batch] or fitting
+    return []
 
 
 def outgrown_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays, seen: Sequence[StepArrays],
@@ -173,31 +182,19 @@ def outgrown_training(tree: DecisionTree, train: TrainConfig, batch: StepArrays,
     if not batch.n:
         return None
     tokens, seq, memory = batch_shape(tree, batch, seen, declared_context, cap_gpus)
-    longest = int(batch.total_tokens.max())
-    timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
+    needs = (memory, max(1, int(batch.total_tokens.max())))
 
     def fastest(n: int) -> tuple[float, TrainConfig] | None:
-        for need in dict.fromkeys((memory, max(1, longest))):
-            res = enumerate_strategies(tree.ev, n, max(1, tokens // max(1, seq)), need, tree.gpus_per_node, timer, bound=False)
-            ranked = [(float(t), cfg) for t, cfg in res.ranked if micro_batch is None or cfg.micro_batch == micro_batch]
-            ranked = ranked or [(float(t), cfg) for t, cfg in res.ranked]
-            if ranked:
-                return ranked[0]
-        return None
+        ranked = holding_strategies(tree, n, tokens, seq, needs, micro_batch)
+        return ranked[0] if ranked else None
 
     fewer = [hit for n in range(train.n_gpus - 1, 0, -1) if (hit := fastest(n)) is not None]
-    if rollout_idle:
-        more = [(t + tree.costs.return_s(cfg, rollout_tp), cfg)
-                for n in range(train.n_gpus + 1, cap_gpus + 1) if (hit := fastest(n)) is not None for t, cfg in [hit]]
-        both = fewer + more
-        return min(both, key=lambda x: (x[0], x[1].n_gpus))[1] if both else None
-    if fewer:
-        return min(fewer, key=lambda x: (x[0], x[1].n_gpus))[1]
-    for n in range(train.n_gpus + 1, cap_gpus + 1):
-        hit = fastest(n)
-        if hit is not None:
-            return hit[1]
-    return None
+    more = (hit for n in range(train.n_gpus + 1, cap_gpus + 1) if (hit := fastest(n)) is not None)
+    if rollout_idle:  # every count, the extra GPUs' return to rollout added to a larger one's time
+        priced = fewer + [(t + tree.costs.return_s(cfg, rollout_tp), cfg) for t, cfg in more]
+    else:  # fewer of its own first; else the fewest more (the first count above that holds it)
+        priced = fewer or [hit for hit in [next(more, None)] if hit is not None]
+    return min(priced, key=lambda x: (x[0], x[1].n_gpus))[1] if priced else None
 
 
 def batch_shape(tree: DecisionTree, batch: StepArrays, seen: Sequence[StepArrays], declared_context: int | None,

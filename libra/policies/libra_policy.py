@@ -300,8 +300,9 @@ class LibraPolicy:
         its longest sequence (``libra.planner.settle.outgrown_training``): in an async loop on
         fewer of them, else on the fewest more, taken from rollout for this training; in a
         synchronous one (its rollout is over) the fastest on any count, the extra GPUs' return to
-        rollout included; None when no count the training backend can use holds it. The next plans hold that sequence (the planner checks
-        memory at the longest sequence measured), so this is paid once."""
+        rollout included; None when no count the training backend can use holds it. The next
+        plans hold that sequence (the planner checks memory at the longest sequence measured), so
+        this is paid once."""
         planner = self.planner
         return outgrown_training(planner.tree, self._relaid(plan), batch, seen, declared_context(planner.cluster),
                                  planner.cluster.train_gpu_cap, self.options.micro_batch, rollout_idle=plan.mode != "async",
