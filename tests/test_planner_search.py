@@ -108,8 +108,8 @@ def test_max_second_count_matches_packing() -> None:
 def test_search_equals_brute_force(ev: CostEvaluator, mode: str) -> None:
     """12 GPUs on 8-GPU nodes (a partial node for most splits), 2 buckets: the search's choice is
     the brute-force optimum of the same objective, split by split and overall. Async: per split,
-    the rollout is the one step's brute-force optimum or, where that one evicts the staleness
-    cycle's parked KV (``RolloutDP.evicts``), the cycle's, whichever gives the shorter step."""
+    the rollout is the one step's brute-force optimum or the staleness cycle's (offered at every
+    budget at K = 1, ``Planner.cycle_layout_offered``), whichever gives the shorter step."""
     cluster = ClusterSpec(12, "a800", "qwen3-8b", gpus_per_node=8)
     planner = Planner(cluster, ev, SearchOptions(mode=mode, max_staleness=int(mode == "async"), streaming=False, colocated=False))
     hist = make_history(2, n=48, median=3000, error_long=True)
@@ -138,7 +138,7 @@ def test_search_equals_brute_force(ev: CostEvaluator, mode: str) -> None:
                 # continuous generation's throughput and staleness-cycle terms of each rollout offered
                 options = [(bf_layout, bf_counts)]
                 _, cy_layout, cy_counts = _brute_force_argmin(cycle, 12 - n_train, 8)
-                if cy_layout is not None and dp.feasible(cy_layout) and cycle.evicts(bf_layout, bf_counts):
+                if cy_layout is not None and dp.feasible(cy_layout):
                     options.append((cy_layout, cy_counts))
                 priced = []
                 for layout, counts in options:
@@ -376,7 +376,9 @@ def test_no_training_limit_leaves_the_plans_unchanged(ev: CostEvaluator) -> None
     (``libra.planner.pipeline``): same plans, async 86.75 -> 83.07 s. Re-pinned for the training
     memory checked at the longest sequence measured (17,602 tokens in this history, longer than the
     forecast's tail; the settle holds it too): the sync plan's training moves from TP 2 x DP 8 to
-    TP 1 x DP 16 ZeRO-3 with recompute, 118.82 -> 120.03 s; async unchanged."""
+    TP 1 x DP 16 ZeRO-3 with recompute, 118.82 -> 120.03 s; async unchanged. Async re-pinned for
+    the staleness cycle's layout offered at every budget at K = 1 (``Planner.cycle_layout_offered``):
+    same split, one TP-8 instance -> two TP-4, 83.07 -> 78.92 s."""
     hist = make_history(2, n=64)
     cluster = ClusterSpec(16, "a800", "qwen3-8b")
     assert cluster.max_train_gpus is None and cluster.train_gpu_cap == 16
@@ -385,8 +387,8 @@ def test_no_training_limit_leaves_the_plans_unchanged(ev: CostEvaluator) -> None
     assert (sync.train.tp, sync.train.dp) == (1, 16) and [i.tp for i in sync.instances] == [8, 8]
     assert sync.predicted_step_s == pytest.approx(120.03270753773084, rel=1e-9)
     asy = Planner(cluster, ev, SearchOptions(mode="async", max_staleness=1)).plan(hist, hist[-1].prompt_tokens)
-    assert (asy.n_rollout_gpus, asy.n_train_gpus, asy.train.dp) == (8, 8, 8)
-    assert asy.predicted_step_s == pytest.approx(83.06567516628004, rel=1e-9)
+    assert (asy.n_rollout_gpus, asy.n_train_gpus, asy.train.dp) == (8, 8, 8) and [i.tp for i in asy.instances] == [4, 4]
+    assert asy.predicted_step_s == pytest.approx(78.92157775323972, rel=1e-9)
     # a limit at or above what the search visits changes nothing
     roomy = Planner(replace(cluster, max_train_gpus=64), ev, SearchOptions(mode="sync", streaming=False)).plan(hist, hist[-1].prompt_tokens)
     assert roomy.predicted_step_s == sync.predicted_step_s and roomy.n_train_gpus == 16
@@ -682,3 +684,30 @@ def test_the_plan_in_force_is_kept_when_its_layout_holds_the_sequence_at_lighter
     dp = planner.rollout_dp(compute_stats(steps[:2], steps[2].prompt_tokens, window=planner.options.window))
     assert planner._kept(running, dp, 8192) is not None
     assert planner._kept(replace(running, streaming=True), dp, 8192) is None
+
+
+def test_an_async_budget_at_staleness_one_is_priced_with_the_cycles_layout(ev: CostEvaluator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At K = 1 each budget is also priced with the rollout layout best for the staleness cycle's
+    two steps in flight (``Planner.cycle_layout_offered``), not only where one step's best layout
+    evicts their parked KV: on 16 A800 / Qwen3-8B one step alone wants one TP-8 instance, the
+    two steps together two TP-4, and the async price (mixing both, ``libra.planner.pipeline``)
+    takes the two. Without the offer the plan keeps the one-step layout at a higher price."""
+    hist = make_history(2, n=64)
+    cluster = ClusterSpec(16, "a800", "qwen3-8b")
+    options = SearchOptions(mode="async", max_staleness=1)
+    offered = Planner(cluster, ev, options).plan(hist, hist[-1].prompt_tokens)
+    monkeypatch.setattr(Planner, "cycle_layout_offered", lambda self, dp_cohort, one_step: False)
+    withheld = Planner(cluster, ev, options).plan(hist, hist[-1].prompt_tokens)
+    assert [i.tp for i in withheld.instances] == [8] and [i.tp for i in offered.instances] == [4, 4]
+    assert offered.n_train_gpus == withheld.n_train_gpus == 8
+    assert offered.predicted_step_s < withheld.predicted_step_s
+    # K = 2 offers it only where the one step's layout evicts the cycle's parked KV
+    planner = Planner(cluster, ev, SearchOptions(mode="async", max_staleness=2))
+    stats = compute_stats(hist, hist[-1].prompt_tokens, window=planner.options.window)
+    one = planner.rollout_dp(stats).best(8)
+    cohort = planner.rollout_dp(compute_stats(hist, np.tile(hist[-1].prompt_tokens, 3), window=planner.options.window,
+                                              tail_of=len(hist[-1].prompt_tokens)))
+    assert one is not None
+    monkeypatch.undo()
+    assert planner.cycle_layout_offered(cohort, one) == cohort.evicts(one.layout, one.counts)
+    assert Planner(cluster, ev, options).cycle_layout_offered(cohort, one)

@@ -1180,15 +1180,10 @@ class Planner:
             # window has not shown at a higher TP
             rollout = {n: dp.best(N - n, correction.dp_scale) for n in grid}
             hedged = {n: dp.best(N - n, correction.dp_scale, tails=tail_dps) for n in grid}
-            # async: and, where one step's best layout does not hold the parked KV of the staleness
-            # cycle's K + 1 steps in flight together (``RolloutDP.evicted_share``), the layout best
-            # for the cycle. Only there: offered everywhere, its near-ties picked more, smaller
-            # instances the load model over-rates at high concurrency (never_loses
-            # search-long-large/a800-128-14b/K1: 24 TP-2 instances for 2 x 1,280 Search-R1
-            # trajectories, forecast 46.73 s against 46.90 s, replayed 4% slower than 12 TP-4, SIMULATED)
+            # async: and the layout best for the staleness cycle's K + 1 steps in flight together,
+            # where it differs (``cycle_layout_offered``)
             cycle = {n: self._on_step(dp, dp_cohort.best(N - n, correction.dp_scale)) for n in grid
-                     if dp_cohort is not None and self.options.tool_kv == "keep" and rollout[n] is not None
-                     and dp_cohort.evicts(rollout[n].layout, rollout[n].counts)}
+                     if dp_cohort is not None and rollout[n] is not None and self.cycle_layout_offered(dp_cohort, rollout[n])}
             for n_train in self._visit_order([n for n, r in rollout.items() if r is not None], rollout, tokens, seq, seq_max):
                 choices = distinct_choices(rollout[n_train], hedged[n_train], cycle.get(n_train))
                 best_n: Candidate | None = None
@@ -1283,6 +1278,34 @@ class Planner:
     def tree_time(self, cfg: TrainConfig, tokens: int, seq: int) -> float:
         """The training stage of ``cfg``, exactly as the decision tree times its leaves."""
         return float(training_time_fn(self.step_costs, tokens, seq, self.options.kl)(cfg))
+
+    def cycle_layout_offered(self, dp_cohort: RolloutDP, one_step: RolloutChoice) -> bool:
+        """Whether an async budget is also priced with the rollout layout best for the staleness
+        cycle (``dp_cohort``: K + 1 steps' trajectories at once), beside ``one_step`` (the layout
+        best for one step alone). Always at K = 1; at K >= 2 only where ``one_step`` does not hold
+        the cycle's parked KV (``RolloutDP.evicts``, tool KV kept).
+
+        Why: the async price mixes the rollout alone and the cycle (``libra.planner.pipeline``),
+        but a budget offered only one step's best layout never prices the layout the overlap
+        wants. At K = 1 two steps share the engines most of the time, and the one-step layout
+        (larger instances, a shorter lone critical path) lost to more, smaller instances:
+        InterCode SQL on 44 B200 / Qwen3-32B ran 0.886x of the hindsight split (24:20 at TP 4 x 6;
+        TP 2 x 12 replays 68.7 s a step against 76.3), MINT on 68 GB200 0.919x, Terminal-Bench on
+        96 A800 0.814x (held_out_36, SIMULATED). Offered at every budget at K = 1 these ran
+        0.984x, 0.999x and 0.988x; the K = 1 rows of held_out_34/35/36 replayed lost 10/12/14
+        times before and 9/9/12 after (27 of 315 rows moved: 17 up, 10 down, the worst
+        reflexion-hotpotqa/b200-28-14b/K1 0.956 -> 0.904x; never_loses: one row moved, 1.227x ->
+        1.218x). Nearly all of it is the launch's layout: offered only once steps were measured,
+        24 of the 27 rows ran as before. At K = 2 the cycle is three steps
+        fully overlapped, which a staggered pipeline reaches only in its fill; offered there too,
+        5 of the 6 K = 2 rows it changed ran slower (search-ee/b200-44-32b/K2 0.983 -> 0.929x:
+        12 TP-1 instances for 16 TP-2; math-d/b200-76-l8b/K2 0.986 -> 0.943x), the small
+        instances the load model over-rates at high concurrency. Where the one-step layout
+        evicts the cycle's parked KV the cycle's layout is offered at every K (it is what holds
+        them)."""
+        if self.options.max_staleness <= 1:
+            return True
+        return self.options.tool_kv == "keep" and dp_cohort.evicts(one_step.layout, one_step.counts)
 
     @staticmethod
     def _on_step(dp: RolloutDP, ro: RolloutChoice | None) -> RolloutChoice | None:
