@@ -77,6 +77,17 @@ class TreeResult:
         return self.pruned[-1].reason if self.pruned else f"no strategy for {self.n_gpus} GPUs"
 
 
+
+#: Memory lengths (tokens) are checked in steps of this many: the strategy memos are keyed by
+#: them, so nearby sequences share one entry.
+MEMORY_GRAIN = 256
+
+
+def memory_grain(tokens: float) -> int:
+    """``tokens`` rounded up to a whole ``MEMORY_GRAIN``: the sequence length a memory check is
+    made at (every caller rounds the same way, so their memo keys meet)."""
+    return int(-(-tokens // MEMORY_GRAIN) * MEMORY_GRAIN)
+
 def _describe(tp: int, pp: int, dp: int, ep: int = 1, zero: int | None = None, mb: int | None = None, rc: bool | None = None) -> str:
     s = f"tp={tp} pp={pp} dp={dp} ep={ep}"
     if mb is not None:
@@ -306,7 +317,7 @@ class DecisionTree:
         run then depends on its sequences staying shorter, as a real one would)."""
         if declared is None or declared <= seen:
             return seen
-        cap = int(-(-declared // 256) * 256)
+        cap = memory_grain(declared)
         return cap if self.best(n_gpus, tokens, seq_len, cap).best is not None else seen
 
     def every_leaf(self, n_gpus: int, tokens: int, seq_len: int, seq_len_memory: int) -> TreeResult:

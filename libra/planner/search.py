@@ -89,7 +89,8 @@ import numpy as np
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, pp_degrees, valid_tp_degrees
-from libra.planner.decision_tree import DecisionTree, TreeResult, enumerate_strategies, fits_in_memory, memory_report, report_line, training_time_fn
+from libra.planner.decision_tree import (DecisionTree, TreeResult, enumerate_strategies, fits_in_memory, memory_grain, memory_report,
+                                         report_line, training_time_fn)
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
@@ -764,7 +765,7 @@ class Planner:
         q = 1 << max(0, tokens.bit_length() - 6)
         tokens = -(-tokens // q) * q
         seq = max(1, int(round(tokens / n)))
-        seq_max = max(seq, int(-(-max(stats.tail_context, 1) // 256) * 256))
+        seq_max = max(seq, memory_grain(max(stats.tail_context, 1)))
         return tokens, seq, seq_max
 
     def train_memory_length(self, tokens: int, seq: int, seen: int) -> int:
@@ -887,7 +888,7 @@ class Planner:
         if current is not None or best.colocated or declared_context(self.cluster) is not None:
             return best
         tokens, seq, seq_max = self.train_shape(stats)
-        need = -(-int(seq_max * LAUNCH_MEMORY_HEADROOM) // 256) * 256
+        need = memory_grain(int(seq_max * LAUNCH_MEMORY_HEADROOM))
         memo: dict[int, bool] = {}
 
         def holds(n: int) -> bool:
@@ -1074,7 +1075,7 @@ class Planner:
             # (``libra.planner.settle.batch_shape``), and a plan kept while its training GPUs
             # held none of it trained nothing the next time it came (SWE-agent on 36 H100 /
             # Qwen3-32B, K=1: a 49,809-token run at step 1, 16:20 kept at step 2, SIMULATED)
-            seq_max = max(seq_max, self._seq_max_seen, int(-(-longest_sequence(history) // 256) * 256))
+            seq_max = max(seq_max, self._seq_max_seen, memory_grain(longest_sequence(history)))
             self._seq_max_seen = seq_max
         # and at the longest context the run may bring (its declared limit) when some strategy
         # holds it: the baselines are held to the same
@@ -1114,7 +1115,7 @@ class Planner:
 
         limit = declared_context(self.cluster)
         longest = max(seq_max, longest_sequence(history))  # the forecast's tail, or a sequence measured
-        stream_memory = int(-(-int(longest * STREAM_MEMORY_HEADROOM) // 256) * 256)
+        stream_memory = memory_grain(int(longest * STREAM_MEMORY_HEADROOM))
         stream_memory = max(seq_max, min(stream_memory, limit) if limit else stream_memory)
         stream_memo: dict[TrainConfig, bool] = {}
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from libra.planner.decision_tree import DecisionTree, enumerate_strategies, fits_in_memory, training_time_fn
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, fits_in_memory, memory_grain, training_time_fn
 from libra.planner.plan import TrainConfig, same_layout
 from libra.trace.columnar import StepArrays
 
@@ -136,7 +136,7 @@ def memory_relayout(tree: DecisionTree, train: TrainConfig, longest: int, tokens
     trainer re-shards onto a layout that holds them (the backend charges the re-shard) or fails.
     Same-layout knobs come first (no re-shard), then any layout on the same GPUs; a user's
     micro-batch pin is kept where a strategy holding the sequence allows it."""
-    longest = int(-(-max(int(longest), 1) // 256) * 256)
+    longest = memory_grain(max(int(longest), 1))
     ranked = holding_strategies(tree, train.n_gpus, tokens, seq, (memory, min(memory, longest)), micro_batch)
     same = [cfg for _, cfg in ranked if same_layout(cfg, train)]
     return same[0] if same else ranked[0][1] if ranked else train
@@ -206,7 +206,7 @@ def batch_shape(tree: DecisionTree, batch: StepArrays, seen: Sequence[StepArrays
     tokens = max(1, int(total.sum()))
     seq = max(1, int(round(float(total.mean()))))
     longest = max(longest_sequence(seen), int(total.max()))
-    longest = int(-(-max(longest, 1) // 256) * 256)
+    longest = memory_grain(max(longest, 1))
     return tokens, seq, tree.memory_length(cap_gpus, tokens, seq, longest, declared_context)
 
 
