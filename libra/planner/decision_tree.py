@@ -77,7 +77,6 @@ class TreeResult:
         return self.pruned[-1].reason if self.pruned else f"no strategy for {self.n_gpus} GPUs"
 
 
-
 #: Memory lengths (tokens) are checked in steps of this many: the strategy memos are keyed by
 #: them, so nearby sequences share one entry.
 MEMORY_GRAIN = 256
@@ -87,6 +86,7 @@ def memory_grain(tokens: float) -> int:
     """``tokens`` rounded up to a whole ``MEMORY_GRAIN``: the sequence length a memory check is
     made at (every caller rounds the same way, so their memo keys meet)."""
     return int(-(-tokens // MEMORY_GRAIN) * MEMORY_GRAIN)
+
 
 def _describe(tp: int, pp: int, dp: int, ep: int = 1, zero: int | None = None, mb: int | None = None, rc: bool | None = None) -> str:
     s = f"tp={tp} pp={pp} dp={dp} ep={ep}"
