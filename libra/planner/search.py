@@ -80,6 +80,7 @@ the length distribution drifted past a threshold since the plan in force was mad
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
@@ -607,7 +608,7 @@ def class_prices(cands: Sequence[Candidate]) -> dict[str, float]:
 def prices_by_train_gpus(cands: Sequence[Candidate], cls: str) -> dict[int, float]:
     """Per training GPU count, the best expected step (``Candidate.rank``) among ``cands`` of
     loop class ``cls`` (a time-shared plan's count is the training cap, one entry): how a
-    scenario prices a split whatever layout it re-chose (``Planner._near_tie_by_regret``,
+    scenario prices a split whatever layout it re-chose (``Planner._split_by_regret``,
     ``Planner._launch_regret``)."""
     out: dict[int, float] = {}
     for c in cands:
@@ -842,33 +843,69 @@ class Planner:
             return nominal
         regret = {c: max(p[c] / min(p.values()) for p in prices) for c in classes}
         pick = min(classes, key=lambda c: (regret[c], prices[0][c]))
+        split_runs = self._class_runs(pick, runs, prompt_tokens, current)
         if pick == loop_class(nominal.best):
-            best = self._near_tie_by_regret(nominal.best, nominal.candidates, runs, current)
-            best = self._holding_launch(best, nominal.candidates, nominal.stats, current)
+            # an async pick's splits as the pinned search priced them (every split, not only
+            # those whose best loop is async)
+            pinned_nominal = split_runs[0] if pick == "async" and split_runs and split_runs[0].stats_spec == nominal.stats_spec else None
+            cands = pinned_nominal.candidates if pinned_nominal is not None else nominal.candidates
+            best = self._split_by_regret(nominal.best, cands, split_runs, current)
+            best = self._holding_launch(best, cands, nominal.stats, current)
             best = self._launch_layout(best, self._launch_runs(best, runs, prompt_tokens, current), current)
-            return replace(nominal, best=best, hedge=regret, launch_regret=self._launch_regret(best, runs))
+            return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in cands if c not in nominal.candidates],
+                           hedge=regret, launch_regret=self._launch_regret(best, runs))
         # the default prior's candidates hold each split's best loop only: the picked loop is
         # priced on every split by the same search with that loop pinned
         if pick == "time-shared":
             of_class = [c for c in nominal.candidates if c.colocated]
         else:
             mode, streaming = LOOP_OF_CLASS[pick]
-            saved = self.options
-            try:
-                self.options = replace(saved, mode=mode, streaming=streaming if mode == "sync" else None, colocated=False)
-                pinned = self._search((), prompt_tokens, current, spec)
-            finally:
-                self.options = saved
+            if pick == "async" and split_runs and split_runs[0].stats_spec == spec:
+                pinned = split_runs[0]  # the same search, made for the regret (``_class_runs``)
+            else:
+                saved = self.options
+                try:
+                    self.options = replace(saved, mode=mode, streaming=streaming if mode == "sync" else None, colocated=False)
+                    pinned = self._search((), prompt_tokens, current, spec)
+                finally:
+                    self.options = saved
             of_class = [c for c in pinned.candidates if loop_class(c) == pick]
         if not of_class:
             return replace(nominal, hedge=regret)
         filling = current is None or current.mode != "async"
-        best = self._near_tie_by_regret(stay_within_tolerance(choose(of_class, self.options.max_staleness >= 1, filling), of_class, current),
-                                        of_class, runs, current)
+        best = self._split_by_regret(stay_within_tolerance(choose(of_class, self.options.max_staleness >= 1, filling), of_class, current),
+                                     of_class, split_runs, current)
         best = self._holding_launch(best, of_class, nominal.stats, current)
         best = self._launch_layout(best, self._launch_runs(best, runs, prompt_tokens, current), current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret, launch_regret=self._launch_regret(best, runs))
+
+    def _class_runs(self, cls: str, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
+                    current: Plan | None) -> list[SearchResult]:
+        """The prior scenarios ``runs`` searched again with the loop pinned to ``cls``, when its
+        splits are chosen by their regret over the scenarios (``_split_by_regret``: an async
+        class); ``runs`` for any other class. Why: a search keeps each split's best loop only, so
+        a scenario whose short steps run a split synchronously priced no async candidate there,
+        and the regret was taken over the splits every scenario happened to price async (on 44
+        B200 with Qwen3-32B, the search scenario priced 8, 12, 16, 20 and 36 training GPUs, and
+        the least regret among those was 36, 22% behind the default prior's best; SIMULATED)."""
+        if cls != "async":
+            return list(runs)
+        mode, _ = LOOP_OF_CLASS[cls]
+        saved = self.options
+        out: list[SearchResult] = []
+        try:
+            self.options = replace(saved, mode=mode, streaming=None, colocated=False)
+            for r in runs:
+                if r.stats_spec is None:
+                    continue
+                try:
+                    out.append(self._search((), prompt_tokens, current, r.stats_spec, bound=False))
+                except UserError:
+                    continue
+        finally:
+            self.options = saved
+        return out
 
     def _holding_launch(self, best: Candidate, cands: Sequence[Candidate], stats: WorkloadStats, current: Plan | None) -> Candidate:
         """``best``, or, when its training GPU count has no strategy that holds
@@ -902,7 +939,7 @@ class Planner:
         cls = loop_class(best)
         near = [c for c in cands if not c.colocated and loop_class(c) == cls and c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)
                 and c.n_train != best.n_train and holds(c.n_train)]
-        # the nearest such split: ``best`` may be a tie-break's pick (``_near_tie_by_regret``)
+        # the nearest such split: ``best`` may be the scenarios' pick (``_split_by_regret``)
         return min(near, key=lambda c: (abs(c.n_train - best.n_train), c.rank())) if near else best
 
     @staticmethod
@@ -987,32 +1024,35 @@ class Planner:
         return replace(best, train=pick)
 
     @staticmethod
-    def _near_tie_by_regret(best: Candidate, cands: Sequence[Candidate], runs: Sequence[SearchResult],
-                            current: Plan | None) -> Candidate:
-        """``best`` (the default prior's choice), or, for an async plan, the split among its near
-        ties that the prior scenarios agree on most: among the candidates of ``best``'s loop class
-        whose expected step
-        is within ``TIE_TOLERANCE`` of the best (the splits the model does not order, ``choose``),
-        the one of least worst-case regret over the scenarios ``runs`` (in each, the split's own
-        best candidate of that class, its expected step over the scenario's best of the class).
-        The plan in force is kept when it is one of the ties (no change on a tie-break).
+    def _split_by_regret(best: Candidate, cands: Sequence[Candidate], runs: Sequence[SearchResult],
+                         current: Plan | None) -> Candidate:
+        """``best`` (the default prior's choice), or, for an async plan, the split the prior
+        scenarios agree on: among the candidates of ``best``'s loop class (``cands``, every split
+        the default prior priced with that loop), the one of least mean log-regret over the
+        scenarios ``runs`` (in each, the split's own best candidate of that class over the
+        scenario's best of the class), then of least worst-case regret. Only splits every scenario
+        priced are compared, so ``runs`` are searched with the loop pinned (``_class_runs``). The
+        plan in force is kept when it is one of them.
 
-        Why only the ties: an undeclared kind's default prior is a guess, and where it cannot
-        tell splits apart, a split every scenario prices near its best is the safer guess. A
-        short ReAct log at K=1 ran the default prior's 20:12 (priced 0.25% ahead of 16:16) where
-        16:16 was best or within 0.3% in every scenario and was the hindsight plan (held_out_18
-        fireact-hotpotqa/b200-32-14b/K1, 32 B200, Qwen3-14B, SIMULATED). Letting the scenarios
-        choose among *all* splits was measured and reverted (session 13: tau2-retail/h200-32-14b/K1
-        1.008 -> 0.771x): their per-split prices differ more than the splits do. Sync loops keep
-        ``choose``'s rule (the most training GPUs among ties): the scenarios' pick overrode it on
-        four seen K=0 rows of Qwen3-30B-A3B (fireact-hotpotqa/a100-48-30b/K0 1.079 -> 0.921x,
-        SIMULATED)."""
-        if best.colocated or best.mode != "async":  # sync ties go to the most training GPUs (``choose``)
+        Why: an undeclared kind's default prior is one guess (SWE-like, 64K tokens) and its
+        best split gives rollout the GPUs of long steps; the real logs a run turns out to be are
+        mostly shorter than every scenario, and a K = 1 run keeps its launch split for its first
+        two steps, which on a 4-5-step log is the run. FireAct HotpotQA on 28 H100 / Qwen3-14B
+        launched the default's 16:12, 0.880x of the hindsight split 12:16 that every scenario
+        prices within 2% of its best (held_out_37, SIMULATED). History: the worst-case regret
+        over all splits (session 13) sent tau2 retail on 32 H200 to 0.771x; the tie-break among
+        near ties only (session 14) moved few launches; the mean log-regret over the splits every
+        unpinned scenario happened to price async (session 22) left out the splits a short
+        scenario runs synchronously, and launched AgentDojo on 14 training GPUs (0.878x) and, in
+        session 30, WebArena on 44 B200 at 8:36 (0.851x, where 12:32 was missing from the search
+        scenario). The mean, not the worst case: one scenario far from the run (the search prior
+        on a 128K-token log) should not decide alone. Sync loops keep ``choose``'s rule (the most
+        training GPUs among ties): the scenarios' pick overrode it on four seen K=0 rows of
+        Qwen3-30B-A3B (fireact-hotpotqa/a100-48-30b/K0 1.079 -> 0.921x, SIMULATED)."""
+        if best.colocated or best.mode != "async":  # sync splits go to ``choose``'s rule
             return best
         cls = loop_class(best)
-        top = best.rank()[0]
-        near = [c for c in cands if not c.colocated and loop_class(c) == cls and c.rank()[0] <= top * (1.0 + TIE_TOLERANCE)
-                and c.idle_rollout_gpus == best.idle_rollout_gpus]
+        near = [c for c in cands if not c.colocated and loop_class(c) == cls and c.idle_rollout_gpus == best.idle_rollout_gpus]
         if len({c.n_train for c in near}) < 2:
             return best
         if current is not None and any(same_shape(c, current) for c in near):
@@ -1022,10 +1062,13 @@ class Planner:
         if not scored or not tables:
             return best
 
+        def mean_log(c: Candidate) -> float:
+            return sum(math.log(t[c.n_train] / min(t.values())) for t in tables) / len(tables)
+
         def worst(c: Candidate) -> float:
             return max(t[c.n_train] / min(t.values()) for t in tables)
 
-        return min(scored, key=lambda c: (worst(c), c.rank()))
+        return min(scored, key=lambda c: (round(mean_log(c), 6), worst(c), c.rank()))
 
     def _search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None,
                 spec: PriorSpec, bound: bool = True) -> SearchResult:
