@@ -1043,9 +1043,8 @@ class Planner:
         over all splits (session 13) sent tau2 retail on 32 H200 to 0.771x; the tie-break among
         near ties only (session 14) moved few launches; the mean log-regret over the splits every
         unpinned scenario happened to price async (session 22) left out the splits a short
-        scenario runs synchronously, and launched AgentDojo on 14 training GPUs (0.878x) and, in
-        session 30, WebArena on 44 B200 at 8:36 (0.851x, where 12:32 was missing from the search
-        scenario). The mean, not the worst case: one scenario far from the run (the search prior
+        scenario runs synchronously, and in session 30 launched WebArena on 44 B200 at 8:36
+        (0.851x, where 12:32 was missing from the search scenario). The mean, not the worst case: one scenario far from the run (the search prior
         on a 128K-token log) should not decide alone. Sync loops keep ``choose``'s rule (the most
         training GPUs among ties): the scenarios' pick overrode it on four seen K=0 rows of
         Qwen3-30B-A3B (fireact-hotpotqa/a100-48-30b/K0 1.079 -> 0.921x, SIMULATED)."""
