@@ -38,12 +38,23 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _default_sigint() -> None:
+    """In the child before it runs the command: SIGINT at its default disposition, as a shell
+    starts a command. An ignored SIGINT is inherited across exec, and Python then installs no
+    handler of its own, so the command would run to the end whatever the test sends: the full
+    suite under pytest-xdist reached this test with SIGINT ignored in its worker (measured in
+    session 30: ``signal.getsignal`` there was ``SIG_IGN``, and all three tests here exited 0
+    with both runs finished, in the full suite only; which earlier test leaves it ignored is not
+    known)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(cmd: list[str], cwd: Path, ready: str, group: bool) -> tuple[int, str, float]:
     """Run ``libra-sim CMD`` in its own session, wait for a stderr line starting with ``ready``,
     send SIGINT (to the driver, or to the whole group) and return (rc, stderr, seconds to exit)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="80")
     p = subprocess.Popen([sys.executable, "-m", "sim.cli", *cmd], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=_default_sigint)
     seen: list[str] = []
     assert p.stderr is not None
     for line in p.stderr:
