@@ -859,16 +859,10 @@ class Planner:
         if pick == "time-shared":
             of_class = [c for c in nominal.candidates if c.colocated]
         else:
-            mode, streaming = LOOP_OF_CLASS[pick]
             if pick == "async" and split_runs and split_runs[0].stats_spec == spec:
                 pinned = split_runs[0]  # the same search, made for the regret (``_class_runs``)
             else:
-                saved = self.options
-                try:
-                    self.options = replace(saved, mode=mode, streaming=streaming if mode == "sync" else None, colocated=False)
-                    pinned = self._search((), prompt_tokens, current, spec)
-                finally:
-                    self.options = saved
+                pinned = self._pinned_search(pick, prompt_tokens, current, spec)
             of_class = [c for c in pinned.candidates if loop_class(c) == pick]
         if not of_class:
             return replace(nominal, hedge=regret)
@@ -891,21 +885,28 @@ class Planner:
         the least regret among those was 36, 22% behind the default prior's best; SIMULATED)."""
         if cls != "async":
             return list(runs)
-        mode, _ = LOOP_OF_CLASS[cls]
-        saved = self.options
         out: list[SearchResult] = []
+        for r in runs:
+            if r.stats_spec is None:
+                continue
+            try:
+                out.append(self._pinned_search(cls, prompt_tokens, current, r.stats_spec, bound=False))
+            except UserError:
+                continue
+        return out
+
+    def _pinned_search(self, cls: str, prompt_tokens: np.ndarray | None, current: Plan | None, spec: PriorSpec,
+                       bound: bool = True) -> SearchResult:
+        """``_search`` from the prior ``spec`` with the loop pinned to the split class ``cls``
+        (``LOOP_OF_CLASS``): every split priced with that loop, not only where it is the split's
+        best. The planner's options are restored afterwards, also when the search raises."""
+        mode, streaming = LOOP_OF_CLASS[cls]
+        saved = self.options
         try:
-            self.options = replace(saved, mode=mode, streaming=None, colocated=False)
-            for r in runs:
-                if r.stats_spec is None:
-                    continue
-                try:
-                    out.append(self._search((), prompt_tokens, current, r.stats_spec, bound=False))
-                except UserError:
-                    continue
+            self.options = replace(saved, mode=mode, streaming=streaming if mode == "sync" else None, colocated=False)
+            return self._search((), prompt_tokens, current, spec, bound=bound)
         finally:
             self.options = saved
-        return out
 
     def _holding_launch(self, best: Candidate, cands: Sequence[Candidate], stats: WorkloadStats, current: Plan | None) -> Candidate:
         """``best``, or, when its training GPU count has no strategy that holds
