@@ -49,6 +49,9 @@ def inexpressible(plan: Plan, caps: Capabilities, n_gpus: int, gpus_per_node: in
         why.append(f"{len(plan.buckets)} context buckets on rollout TP {'/'.join(map(str, tps))} (one TP degree, no buckets)")
     if plan.colocated and not caps.colocated:
         why.append("a colocated (time-shared) plan (it disaggregates rollout and training)")
+    if plan.colocated and caps.colocated and plan.n_train_gpus < plan.n_rollout_gpus:
+        why.append(f"a time-shared plan training on {plan.n_train_gpus} of its {plan.n_rollout_gpus} GPUs (its colocated "
+                   f"mode trains on every GPU it rolls out on)")
     if not plan.colocated and plan.mode == "sync" and not plan.streaming and not caps.split_sync:
         why.append("a disaggregated on-policy loop")
     if plan.streaming and not caps.streaming:
@@ -77,7 +80,7 @@ def restricted(planner: Planner, caps: Capabilities) -> Planner:
     unit = gpn if (caps.whole_nodes or caps.node_pools) and n > gpn and n % gpn == 0 else o.unit
     opts = replace(o, max_buckets=1, max_staleness=k, mode=mode,
                    streaming=False if not caps.streaming else (None if o.streaming is None else o.streaming),
-                   colocated=o.colocated and caps.colocated, unit=unit)
+                   colocated=o.colocated and caps.colocated, colocated_subset=False, unit=unit)
     return Planner(planner.cluster, ev=planner.ev, options=opts)
 
 

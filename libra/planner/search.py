@@ -199,6 +199,10 @@ class SearchOptions:
     kl: bool = False
     unit: int | None = None  # outer-loop step; None: train_unit()
     colocated: bool = True  # sync mode: also price the time-shared (verl-style) plan
+    #: a time-shared plan may train on fewer GPUs than it rolls out on when no strategy on all of
+    #: them holds the step (``Planner._colocated_train``); False: on all of them or not at all (a
+    #: framework's colocated mode trains on every GPU of its pool, ``libra.export.fit``)
+    colocated_subset: bool = True
     amortize_steps: float = 4.0  # a transition is charged 1/amortize_steps per step (see module doc)
     rollout_sigma: float = ROLLOUT_SIGMA  # candidates are ranked by their expected step with the rollout this uncertain (0: the prediction)
     run_steps: int | None = None  # the run's length in steps, when known: async plans pay their pipeline's fill over what is left
@@ -1393,7 +1397,7 @@ class Planner:
             return None
         if not current.colocated and current.n_rollout_gpus + current.n_train_gpus != self.cluster.n_gpus:
             return None
-        if current.colocated and (current.n_rollout_gpus != self.cluster.n_gpus or current.n_train_gpus != self.cluster.train_gpu_cap):
+        if current.colocated and (current.n_rollout_gpus != self.cluster.n_gpus or current.n_train_gpus > self.cluster.train_gpu_cap):
             return None
         if current.n_train_gpus > self.cluster.train_gpu_cap:
             return None
@@ -1448,6 +1452,7 @@ class Planner:
             return None
         if keep is not None:
             cfg, train_time = keep[1], self.tree_time(keep[1], tokens, seq)
+            n_train = cfg.n_gpus
             switch = self.step_costs.colocated_overhead_s(cfg, ro.instances)
         else:
             # the strategy with the least training time plus stage switches: the switches move
@@ -1456,8 +1461,8 @@ class Planner:
             # switches against 5.8 s and 24.7 s; ranked by training time alone the time-shared
             # plan was priced 16 s a step too slow and a streamed split won the first step of
             # the bundled math trace's steps 30-34, 148 s a step against 137 s, SIMULATED)
-            tree = self.tree.every_leaf(n_train, tokens, seq, seq_max)
-            if tree.best is None:
+            n_train, tree = self._colocated_train(tokens, seq, seq_max)
+            if tree is None:
                 return None
             priced = [(t + self.step_costs.colocated_overhead_s(c, ro.instances), t, c) for t, c in tree.ranked]
             total, train_time, cfg = min(priced, key=lambda x: x[0])
@@ -1468,6 +1473,29 @@ class Planner:
         st = base + trans / amortize
         return Candidate(n_train, cfg, train_s, ro, switch, trans, st, colocated=True, mode_step_s={"sync": base},
                          robust_s=ro_robust + train_s + switch + trans / amortize, rollout_factor=corr)
+
+    def _colocated_train(self, tokens: int, seq: int, seq_max: int) -> tuple[int, TreeResult | None]:
+        """The GPU count a time-shared plan trains on, and its decision tree: every GPU the
+        training backend can use (``ClusterSpec.train_gpu_cap``) when a strategy there holds
+        ``seq_max``, else the most GPUs below it, on the split grid's counts, where one does (the
+        rest roll out with the others and wait through the training; their engines get the
+        weights pushed, ``StepCosts.colocated_sync_s``). None: no count holds it.
+
+        Why: a count that factors badly holds less than a smaller one. On 44 A800s no Qwen3-32B
+        strategy on all 44 (TP at most 4 there) holds the 64K-token sequences of an undeclared
+        kind's default prior, while 40 (TP 8 x DP 5) and the splits' 32 do; the time-shared class
+        then had no price in that scenario, dropped out of the launch hedge, and the launch ran
+        an async split that the measured steps moved to time-shared at step 2 (InterCode SQL and
+        MINT, K = 1: 0.934x and 0.944x of verl-colocated, held_out_39, SIMULATED)."""
+        cap = self.cluster.train_gpu_cap
+        tree = self.tree.every_leaf(cap, tokens, seq, seq_max)
+        if tree.best is not None or not self.options.colocated_subset:
+            return cap, (tree if tree.best is not None else None)
+        for n in sorted((k for k in self.n_train_grid() if k < cap), reverse=True):
+            tree = self.tree.every_leaf(n, tokens, seq, seq_max)
+            if tree.best is not None:
+                return n, tree
+        return cap, None
 
     def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:
         """Splits in the order the outer loop visits them: a good incumbent early makes the

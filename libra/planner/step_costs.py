@@ -182,16 +182,25 @@ class StepCosts:
 
     def colocated_sync_s(self, cfg: TrainConfig, instances: Sequence[RolloutInstance]) -> float:
         """The colocated weight sync: the trainer's tensors handed to the engines on the same
-        GPUs through CUDA IPC (per-tensor cost, no network)."""
+        GPUs through CUDA IPC (per-tensor cost, no network), then pushed (NCCL, as a split's
+        ``weight_sync_s``) to the engines on GPUs the trainer does not use: a time-shared plan
+        trains on the first ``cfg.n_gpus`` GPUs (``train_gpu_ids``), fewer than it rolls out
+        on when the backend's cap or memory says so (``Planner._colocated_train``)."""
         if not instances:
             return 0.0
-        tps = tuple(sorted(i.tp for i in instances))
+        trainer = set(range(cfg.n_gpus))
+        outside = tuple(i for i in instances if not trainer.issuperset(instance_gpus(i.node, i.first_gpu, i.tp, self.gpus_per_node)))
+        inside = tuple(i for i in instances if i not in outside)
+        push = self.weight_sync_s(cfg, outside, tuple(range(cfg.n_gpus))) if outside else 0.0
+        if not inside:
+            return push
+        tps = tuple(sorted(i.tp for i in inside))
         key = ("ipc", cfg, tps)
         v = self._memo.get(key)
         if v is None:
             v = self._memo[key] = float(self.ev.weight_sync_s(n_train_gpus=cfg.n_gpus, rollout_tps=list(tps), same_node=True,
                                                               mode="ipc", strategy=self.strategy(cfg)))
-        return v
+        return v + push
 
     def colocated_overhead_s(self, cfg: TrainConfig, instances: Sequence[RolloutInstance]) -> float:
         """Everything a colocated step adds to rollout + training: both switches (at the
