@@ -40,7 +40,6 @@ import argparse
 import collections
 import hashlib
 import json
-import re
 import subprocess
 
 
