@@ -108,9 +108,22 @@ def test_a_launch_the_prior_fits_only_on_an_extreme_split_is_planned_at_a_shorte
     from libra.policies.libra_policy import HEDGE_REGRET_CAP
     from libra.policies.options import PolicyOptions
 
+    import dataclasses
+
     prompts = np.full(1400, 700, np.int64)  # InterCode SQL's steps: about 1,400 runs of short prompts
     cl = ClusterSpec(36, "h100", "qwen3-32b", workload="agent")
     policy = POLICIES["libra"](cl, PolicyOptions(max_staleness=1))
+    # since session 31 a time-shared plan may train on fewer GPUs than it rolls out on
+    # (``Planner._colocated_train``): here on the 32 that hold the prior, which every scenario
+    # prices within the cap, so this launch needs no shorter cap at all
+    direct = policy.planner.plan([], prompts)
+    assert direct.colocated and direct.n_rollout_gpus == 36 and direct.n_train_gpus == 32
+    assert direct.notes["hedge_regret"] <= HEDGE_REGRET_CAP and "assumed_max_context" not in policy.plan(cl, [], prompts).notes
+    # where a time-shared plan must train on every GPU (a framework's colocated mode), the launch
+    # is the extreme split again, and the shorter assumed caps are what bound its regret
+    policy = POLICIES["libra"](cl, PolicyOptions(max_staleness=1))
+    policy._options = dataclasses.replace(policy._options, colocated_subset=False)
+    policy._setup(cl)
     alone = policy.planner.plan([], prompts)  # the policy's own planner, at the prior's 65,536 cap
     assert alone.notes["hedge_regret"] > HEDGE_REGRET_CAP and alone.n_rollout_gpus == 4 and alone.n_train_gpus == 32
     plan = policy.plan(cl, [], prompts)
