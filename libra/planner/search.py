@@ -1438,7 +1438,6 @@ class Planner:
         scenarios ``tail_dps``); None: the DP's nominal best. ``in_force_train_s``: the in-force
         async split's training re-priced on the search's statistics (``leave_async_s``)."""
         N = self.cluster.n_gpus
-        n_train = self.cluster.train_gpu_cap
         amortize = self.options.amortize_steps if amortize is None else amortize
         correction = correction or RolloutCorrection()
         ro = keep[0] if keep is not None else rollout if rollout is not None else dp.best(N, correction.dp_scale)
@@ -1491,10 +1490,11 @@ class Planner:
         tree = self.tree.every_leaf(cap, tokens, seq, seq_max)
         if tree.best is not None or not self.options.colocated_subset:
             return cap, (tree if tree.best is not None else None)
+        # which counts hold it, from the bounded walk the split loop has mostly memoized already;
+        # the full walk (every leaf, for the switch-aware pick) only for the count taken
         for n in sorted((k for k in self.n_train_grid() if k < cap), reverse=True):
-            tree = self.tree.every_leaf(n, tokens, seq, seq_max)
-            if tree.best is not None:
-                return n, tree
+            if self.tree.best(n, tokens, seq, seq_max).best is not None:
+                return n, self.tree.every_leaf(n, tokens, seq, seq_max)
         return cap, None
 
     def _visit_order(self, grid: list[int], rollout: dict[int, RolloutChoice | None], tokens: int, seq: int, seq_max: int) -> list[int]:

@@ -188,9 +188,10 @@ class StepCosts:
         on when the backend's cap or memory says so (``Planner._colocated_train``)."""
         if not instances:
             return 0.0
-        trainer = set(range(cfg.n_gpus))
-        outside = tuple(i for i in instances if not trainer.issuperset(instance_gpus(i.node, i.first_gpu, i.tp, self.gpus_per_node)))
-        inside = tuple(i for i in instances if i not in outside)
+        # an instance's GPUs are contiguous (``instance_gpus``): inside the trainer's first
+        # ``cfg.n_gpus`` exactly when its last one is
+        inside = tuple(i for i in instances if i.node * self.gpus_per_node + i.first_gpu + i.tp <= cfg.n_gpus)
+        outside = tuple(i for i in instances if i.node * self.gpus_per_node + i.first_gpu + i.tp > cfg.n_gpus)
         push = self.weight_sync_s(cfg, outside, tuple(range(cfg.n_gpus))) if outside else 0.0
         if not inside:
             return push
