@@ -94,7 +94,7 @@ from libra.planner.decision_tree import (DecisionTree, TreeResult, enumerate_str
                                          report_line, training_time_fn)
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
-from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, RolloutChoice, RolloutDP, plan_layout
+from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, BucketLayout, RolloutChoice, RolloutDP, plan_layout
 from libra.planner.pipeline import async_steady_s, pipeline_run_s, shared_rollout_s
 from libra.planner.settle import longest_sequence, settled_knobs
 from libra.planner.stats import PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
@@ -854,8 +854,10 @@ class Planner:
             pinned_nominal = split_runs[0] if pick == "async" and split_runs and split_runs[0].stats_spec == nominal.stats_spec else None
             cands = pinned_nominal.candidates if pinned_nominal is not None else nominal.candidates
             best = self._split_by_regret(nominal.best, cands, split_runs, current)
+            launch_runs = self._launch_runs(best, runs, prompt_tokens, current)
+            best, cands = self._launch_rollout_tp(best, cands, launch_runs, prompt_tokens, current, spec)
             best = self._holding_launch(best, cands, nominal.stats, current)
-            best = self._launch_layout(best, self._launch_runs(best, runs, prompt_tokens, current), current)
+            best = self._launch_layout(best, launch_runs, current)
             return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in cands if c not in nominal.candidates],
                            hedge=regret, launch_regret=self._launch_regret(best, runs))
         # the default prior's candidates hold each split's best loop only: the picked loop is
@@ -873,8 +875,10 @@ class Planner:
         filling = current is None or current.mode != "async"
         best = self._split_by_regret(stay_within_tolerance(choose(of_class, self.options.max_staleness >= 1, filling), of_class, current),
                                      of_class, split_runs, current)
+        launch_runs = self._launch_runs(best, runs, prompt_tokens, current)
+        best, of_class = self._launch_rollout_tp(best, of_class, launch_runs, prompt_tokens, current, spec)
         best = self._holding_launch(best, of_class, nominal.stats, current)
-        best = self._launch_layout(best, self._launch_runs(best, runs, prompt_tokens, current), current)
+        best = self._launch_layout(best, launch_runs, current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret, launch_regret=self._launch_regret(best, runs))
 
@@ -911,6 +915,68 @@ class Planner:
             return self._search((), prompt_tokens, current, spec, bound=bound)
         finally:
             self.options = saved
+
+    def launch_tp_regrets(self, n_rollout_gpus: int, runs: Sequence[SearchResult]) -> dict[int, float]:
+        """Per rollout TP degree, the mean log-regret of one bucket of that degree on
+        ``n_rollout_gpus`` GPUs over the scenarios ``runs``: in each, the load model's makespan of
+        that layout (instances packed in NVLink domains, as the DP packs them) over the
+        scenario's fastest degree. Only degrees whose KV holds every scenario's longest context
+        (``RolloutDP.feasible``); empty when fewer than two do or a scenario has no statistics."""
+        dps = [self.rollout_dp(r.stats) for r in runs if r.stats is not None]
+        if not dps or len(dps) != len(runs):
+            return {}
+        gpn = dps[0].domain
+        G = int(n_rollout_gpus)
+        prices: dict[int, list[float]] = {}
+        for t in dps[0].tps:
+            m = (G // gpn) * (gpn // t) + (G % gpn) // t if t <= gpn else G // t
+            layout = BucketLayout((t,), ())
+            if m < 1 or not all(dp.feasible(layout) for dp in dps):
+                continue
+            prices[t] = [float(dp.evaluate(layout, [m])[0]) for dp in dps]
+        if len(prices) < 2:
+            return {}
+        tops = [min(p[i] for p in prices.values()) for i in range(len(dps))]
+        return {t: sum(math.log(v / top) for v, top in zip(p, tops)) / len(dps) for t, p in prices.items() if all(top > 0 for top in tops)}
+
+    def _launch_rollout_tp(self, best: Candidate, cands: Sequence[Candidate], runs: Sequence[SearchResult],
+                           prompt_tokens: np.ndarray | None, current: Plan | None, spec: PriorSpec) -> tuple[Candidate, list[Candidate]]:
+        """``best`` and ``cands``, or, for an async launch split of one bucket, the same split with
+        the rollout TP of least mean log-regret over the prior scenarios ``runs`` (``_launch_runs``:
+        the default prior, each kind's, each stretched to 1/3 and, unstretched ones, to
+        ``LAUNCH_STRETCH``; ``launch_tp_regrets``) and ``cands`` of that TP, re-priced by the
+        default prior's search with the loop pinned to async and the rollout to that degree. Only
+        at launch (no plan in force).
+
+        Why: each scenario re-chooses its own layout for a split (``_split_by_regret``), so the
+        launched layout, the default prior's, was never priced in the short scenarios, and no
+        scenario was as short as the public logs a run of undeclared kind turned out to be.
+        held_out_36-40's K = 1 log losses launched a larger rollout TP than the hindsight split in
+        10 of 14 rows on held_out_40 (Reflexion on 38 A100 / Qwen3-8B: TP 8 x 2 where the
+        hindsight split runs TP 2 x 5, 0.932x, SIMULATED). Sessions 28 and 30 chose the TP by the
+        worst case and by the mean over the scenarios without ``LAUNCH_STRETCH``: every scenario
+        then wanted TP 8 for a 70B model where a short log wants TP 4."""
+        if current is not None or best.colocated or best.mode != "async" or len(best.rollout.layout.tps) != 1:
+            return best, list(cands)
+        regrets = self.launch_tp_regrets(best.rollout.n_gpus, runs)
+        now = best.rollout.layout.tps[0]
+        if now not in regrets:
+            return best, list(cands)
+        pick = min(regrets, key=lambda t: (round(regrets[t], 6), t != now, t))
+        if pick == now:
+            return best, list(cands)
+        saved, saved_dps = self.options, self._dps  # the DP memo is keyed by statistics, not by the TPs it searched
+        try:
+            self.options, self._dps = replace(saved, tps=(pick,)), {}
+            pinned = self._pinned_search("async", prompt_tokens, current, spec, bound=False)
+        except UserError:
+            return best, list(cands)
+        finally:
+            self.options, self._dps = saved, saved_dps
+        same = [c for c in pinned.candidates if loop_class(c) == "async" and c.n_train == best.n_train]
+        if not same:
+            return best, list(cands)
+        return min(same, key=Candidate.rank), [c for c in pinned.candidates if loop_class(c) == "async"]
 
     def _holding_launch(self, best: Candidate, cands: Sequence[Candidate], stats: WorkloadStats, current: Plan | None) -> Candidate:
         """``best``, or, when its training GPU count has no strategy that holds
