@@ -916,12 +916,13 @@ class Planner:
         finally:
             self.options = saved
 
-    def launch_tp_regrets(self, n_rollout_gpus: int, runs: Sequence[SearchResult]) -> dict[int, float]:
+    def launch_tp_regrets(self, n_rollout_gpus: int, runs: Sequence[SearchResult], hold: int = 0) -> dict[int, float]:
         """Per rollout TP degree, the mean log-regret of one bucket of that degree on
         ``n_rollout_gpus`` GPUs over the scenarios ``runs``: in each, the load model's makespan of
         that layout (instances packed in NVLink domains, as the DP packs them) over the
         scenario's fastest degree. Only degrees whose KV holds every scenario's longest context
-        (``RolloutDP.feasible``); empty when fewer than two do or a scenario has no statistics."""
+        (``RolloutDP.feasible``) and ``hold`` tokens in one instance; empty when fewer than two
+        do or a scenario has no statistics."""
         dps = [self.rollout_dp(r.stats) for r in runs if r.stats is not None]
         if not dps or len(dps) != len(runs):
             return {}
@@ -931,7 +932,7 @@ class Planner:
         for t in dps[0].tps:
             m = (G // gpn) * (gpn // t) + (G % gpn) // t if t <= gpn else G // t
             layout = BucketLayout((t,), ())
-            if m < 1 or not all(dp.feasible(layout) for dp in dps):
+            if m < 1 or self.table.kv_capacity.get(t, 0) < hold or not all(dp.feasible(layout) for dp in dps):
                 continue
             prices[t] = [float(dp.evaluate(layout, [m])[0]) for dp in dps]
         if len(prices) < 2:
@@ -950,7 +951,11 @@ class Planner:
 
         Why: each scenario re-chooses its own layout for a split (``_split_by_regret``), so the
         launched layout, the default prior's, was never priced in the short scenarios, and no
-        scenario was as short as the public logs a run of undeclared kind turned out to be.
+        scenario was as short as the public logs a run of undeclared kind turned out to be. A
+        degree must hold what the run may bring (``hold``): the scenarios stop at the prior's 64K
+        tokens where real logs reach twice that, and without it Qwen3-30B-A3B on 44 H100 launched
+        TP 1 (84,752 KV tokens an instance) and stopped on the 89-95K-token browser and terminal
+        logs that TP 4 had held (held_out_38, seen, SIMULATED).
         held_out_36-40's K = 1 log losses launched a larger rollout TP than the hindsight split in
         10 of 14 rows on held_out_40 (Reflexion on 38 A100 / Qwen3-8B: TP 8 x 2 where the
         hindsight split runs TP 2 x 5, 0.932x, SIMULATED). Sessions 28 and 30 chose the TP by the
@@ -958,7 +963,12 @@ class Planner:
         then wanted TP 8 for a 70B model where a short log wants TP 4."""
         if current is not None or best.colocated or best.mode != "async" or len(best.rollout.layout.tps) != 1:
             return best, list(cands)
-        regrets = self.launch_tp_regrets(best.rollout.n_gpus, runs)
+        # the run may bring what no scenario does: an instance must hold the declared limit, or
+        # with none declared ``LAUNCH_MEMORY_HEADROOM`` times the default prior's longest sequence
+        # (as the launch's training GPU count, ``_holding_launch``)
+        limit = declared_context(self.cluster)
+        hold = int(limit) if limit is not None else int(self.train_shape(runs[0].stats)[2] * LAUNCH_MEMORY_HEADROOM) if runs else 0
+        regrets = self.launch_tp_regrets(best.rollout.n_gpus, runs, hold)
         now = best.rollout.layout.tps[0]
         if now not in regrets:
             return best, list(cands)
