@@ -68,3 +68,13 @@ def test_a_plan_in_force_or_a_time_shared_plan_is_left_as_it_is(launched: tuple[
             continue
         kept, _ = p._launch_rollout_tp(c, cands, [], PROMPTS, current, PriorSpec.of(CLUSTER))
         assert kept is c
+
+
+def test_a_degree_whose_instance_cannot_hold_what_the_run_may_bring_is_not_launched(launched: tuple[Planner, SearchResult]) -> None:
+    p, res = launched
+    runs = [p._search((), PROMPTS, None, s, bound=False) for s in prior_scenarios(PriorSpec.of(CLUSTER))[:2]]
+    free = p.launch_tp_regrets(res.best.rollout.n_gpus, runs)
+    hold = int(p.table.kv_capacity[1]) + 1  # one token more than a TP-1 instance holds
+    held = p.launch_tp_regrets(res.best.rollout.n_gpus, runs, hold)
+    assert 1 in free and 1 not in held
+    assert set(held) == {t for t in free if p.table.kv_capacity[t] >= hold}

@@ -97,7 +97,7 @@ from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, BucketLayout, RolloutChoice, RolloutDP, plan_layout
 from libra.planner.pipeline import async_steady_s, pipeline_run_s, shared_rollout_s
 from libra.planner.settle import longest_sequence, settled_knobs
-from libra.planner.stats import PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
+from libra.planner.stats import PRIOR_CAP_TOKENS, PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
 from libra.planner.transfers import transition_s, weight_sync_s
 from libra.trace.columnar import StepArrays
@@ -951,23 +951,25 @@ class Planner:
 
         Why: each scenario re-chooses its own layout for a split (``_split_by_regret``), so the
         launched layout, the default prior's, was never priced in the short scenarios, and no
-        scenario was as short as the public logs a run of undeclared kind turned out to be. A
-        degree must hold what the run may bring (``hold``): the scenarios stop at the prior's 64K
-        tokens where real logs reach twice that, and without it Qwen3-30B-A3B on 44 H100 launched
-        TP 1 (84,752 KV tokens an instance) and stopped on the 89-95K-token browser and terminal
-        logs that TP 4 had held (held_out_38, seen, SIMULATED).
+        scenario was as short as the public logs a run of undeclared kind turned out to be.
         held_out_36-40's K = 1 log losses launched a larger rollout TP than the hindsight split in
         10 of 14 rows on held_out_40 (Reflexion on 38 A100 / Qwen3-8B: TP 8 x 2 where the
         hindsight split runs TP 2 x 5, 0.932x, SIMULATED). Sessions 28 and 30 chose the TP by the
         worst case and by the mean over the scenarios without ``LAUNCH_STRETCH``: every scenario
-        then wanted TP 8 for a 70B model where a short log wants TP 4."""
+        then wanted TP 8 for a 70B model where a short log wants TP 4.
+
+        A degree must also hold in one instance what the run may bring (``hold``): its declared
+        context limit, or with none ``LAUNCH_MEMORY_HEADROOM`` times the default prior's cap
+        (``PRIOR_CAP_TOKENS``; the prior's drawn longest depends on the prompts, 39,424 tokens for
+        Terminal-Bench's, whose runs reach 94,543). The scenarios stop at the prior's 64K tokens
+        where real logs reach twice that: without it Qwen3-30B-A3B on 44 H100 launched TP 1
+        (84,752 KV tokens an instance) and stopped on the 89-95K-token browser and terminal logs
+        that the default prior's TP 4 had held (held_out_38, seen, SIMULATED). When the default
+        prior's own degree does not hold it, the launch keeps that degree (not seen)."""
         if current is not None or best.colocated or best.mode != "async" or len(best.rollout.layout.tps) != 1:
             return best, list(cands)
-        # the run may bring what no scenario does: an instance must hold the declared limit, or
-        # with none declared ``LAUNCH_MEMORY_HEADROOM`` times the default prior's longest sequence
-        # (as the launch's training GPU count, ``_holding_launch``)
-        limit = declared_context(self.cluster)
-        hold = int(limit) if limit is not None else int(self.train_shape(runs[0].stats)[2] * LAUNCH_MEMORY_HEADROOM) if runs else 0
+        limit = declared_context(self.cluster)  # what the run may bring, where no scenario reaches
+        hold = int(limit) if limit is not None else int(PRIOR_CAP_TOKENS * LAUNCH_MEMORY_HEADROOM)
         regrets = self.launch_tp_regrets(best.rollout.n_gpus, runs, hold)
         now = best.rollout.layout.tps[0]
         if now not in regrets:
