@@ -450,6 +450,12 @@ class RolloutDP:
                 self._curves.append(self.curves(layout, [self.max_gpus // t for t in layout.tps]))
         return self._curves
 
+    def instances_on(self, G: int, t: int) -> int:
+        """How many TP-``t`` instances ``G`` GPUs hold, packed so that none spans two NVLink
+        domains (the one-bucket count every layout of that degree is priced with)."""
+        gpn = self.domain
+        return (G // gpn) * (gpn // t) + (G % gpn) // t
+
     def _best_counts(self, c: _Curves, G: int) -> tuple[float, tuple[int, ...]] | None:
         """The layout's best makespan and counts on ``G`` GPUs (None: it does not pack)."""
         gpn = self.domain  # instances pack NVLink domains
@@ -457,7 +463,7 @@ class RolloutDP:
         tool = self.stats.tail_tool_s
         if len(tps) == 1:
             t = tps[0]
-            m = (G // gpn) * (gpn // t) + (G % gpn) // t
+            m = self.instances_on(G, t)
             if m < 1:
                 return None
             m = min(m, len(c.load[0]))

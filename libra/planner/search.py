@@ -926,11 +926,9 @@ class Planner:
         dps = [self.rollout_dp(r.stats) for r in runs if r.stats is not None]
         if not dps or len(dps) != len(runs):
             return {}
-        gpn = dps[0].domain
-        G = int(n_rollout_gpus)
         prices: dict[int, list[float]] = {}
         for t in dps[0].tps:
-            m = (G // gpn) * (gpn // t) + (G % gpn) // t if t <= gpn else G // t
+            m = dps[0].instances_on(int(n_rollout_gpus), t)
             layout = BucketLayout((t,), ())
             if m < 1 or self.table.kv_capacity.get(t, 0) < hold or not all(dp.feasible(layout) for dp in dps):
                 continue
