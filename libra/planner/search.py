@@ -890,25 +890,15 @@ class Planner:
         a scenario whose short steps run a split synchronously priced no async candidate there,
         and the regret was taken over the splits every scenario happened to price async (on 44
         B200 with Qwen3-32B, the search scenario priced 8, 12, 16, 20 and 36 training GPUs, and
-        the least regret among those was 36, 22% behind the default prior's best; SIMULATED).
-
-        At launch (no plan in force) each unstretched scenario is also searched stretched to
-        ``LAUNCH_STRETCH``, the scenarios the launch's rollout TP and training layout are chosen
-        over (``_launch_runs``): one scenario set for every launch decision. Why: without them the
-        split was chosen over scenarios all longer than the public logs while its TP and layout
-        were chosen over the short ones too, and 14 of held_out_41's 16 K = 1 losses launched
-        rollout on more GPUs than the hindsight split (MedAgentBench, InterCode SQL, MCPMark on 34
-        H100 / Qwen3-8B: 18:16 where areal-static-optimal runs 14:20; the twelve scenarios' mean
-        log-regret is least at 20 training GPUs, the eight's at 16; seen, SIMULATED)."""
+        the least regret among those was 36, 22% behind the default prior's best; SIMULATED)."""
         if cls != "async":
             return list(runs)
-        specs = [r.stats_spec for r in runs if r.stats_spec is not None]
-        if current is None:  # at launch, the split is also priced where the layout and TP are
-            specs += [replace(s, stretch=LAUNCH_STRETCH) for s in specs if s.stretch == 1.0]
         out: list[SearchResult] = []
-        for spec in specs:
+        for r in runs:
+            if r.stats_spec is None:
+                continue
             try:
-                out.append(self._pinned_search(cls, prompt_tokens, current, spec, bound=False))
+                out.append(self._pinned_search(cls, prompt_tokens, current, r.stats_spec, bound=False))
             except UserError:
                 continue
         return out
