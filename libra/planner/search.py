@@ -840,7 +840,8 @@ class Planner:
         # knobs unsettled (nothing settles a streamed job; every other class settles its layout at
         # its first training, ``first_layout``), and for a kind nobody declared no scenario bounds
         # what that costs (``UNSETTLED_FIRST_STEP``)
-        prices = [{c: v for c, v in class_prices(r.candidates).items() if c != UNSETTLED_FIRST_STEP} for r in runs]
+        prices = [{c: v for c, v in class_prices(r.candidates).items() if c != UNSETTLED_FIRST_STEP}
+                  for r in runs + self._short_class_runs(runs, prompt_tokens, current)]
         classes = [c for c in prices[0] if all(c in p for p in prices)]
         nominal = runs[0]
         if not classes:
@@ -881,6 +882,30 @@ class Planner:
         best = self._launch_layout(best, launch_runs, current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret, launch_regret=self._launch_regret(best, runs))
+
+    def _short_class_runs(self, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
+                          current: Plan | None) -> list[SearchResult]:
+        """At the launch of a run that may go asynchronous (K >= 1, no plan in force), each
+        unstretched prior scenario of ``runs`` stretched to ``LAUNCH_STRETCH``, for the loop
+        class's regret (``hedged_search``); none otherwise. Why: a time-shared launch that the
+        first measured steps move to a split pays the move inside the pipeline's fill, and the
+        scenarios it was chosen over were all longer than the logs that did this: ToRA GSM8K on
+        46 H200 / Llama-3.1-70B launched time-shared and moved to 18:28 at step 2, 0.786x of
+        areal-static-optimal's 14:32 (held_out_41's worst row; held_out_36's worst, 0.800x, is
+        the same on 40 H200; SIMULATED). At K = 0 the same scenarios moved AgentDojo's first step
+        from time-shared to a synchronous split (0.992 -> 0.942x of verl-colocated on 40 GB200,
+        session 20), so only where an async split can overlap what a short step leaves idle."""
+        if current is not None or self.options.max_staleness < 1:
+            return []
+        out: list[SearchResult] = []
+        for r in runs:
+            if r.stats_spec is None or r.stats_spec.stretch != 1.0:
+                continue
+            try:
+                out.append(self._search((), prompt_tokens, current, replace(r.stats_spec, stretch=LAUNCH_STRETCH), bound=False))
+            except UserError:
+                continue
+        return out
 
     def _class_runs(self, cls: str, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
                     current: Plan | None) -> list[SearchResult]:
