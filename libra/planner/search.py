@@ -817,7 +817,9 @@ class Planner:
         """The first step's plan when the workload's kind is unknown: the loop class (time-shared,
         or a split running sync, sync + streaming or async) of least worst-case regret over the
         prior scenarios (``prior_scenarios``: the default prior and each known kind's prior,
-        inside the declared limits), then the default prior's best plan of that class.
+        inside the declared limits; at a launch that may go asynchronous, also each unstretched
+        one stretched to ``LAUNCH_STRETCH``, ``_short_class_runs``), then the default prior's best
+        plan of that class.
 
         A class's price in a scenario is that scenario's best candidate of the class (its split,
         strategy and layout re-chosen for it), its regret the price over the scenario's best.
@@ -840,8 +842,8 @@ class Planner:
         # knobs unsettled (nothing settles a streamed job; every other class settles its layout at
         # its first training, ``first_layout``), and for a kind nobody declared no scenario bounds
         # what that costs (``UNSETTLED_FIRST_STEP``)
-        prices = [{c: v for c, v in class_prices(r.candidates).items() if c != UNSETTLED_FIRST_STEP}
-                  for r in runs + self._short_class_runs(runs, prompt_tokens, current)]
+        short = self._short_class_runs(runs, prompt_tokens, current)
+        prices = [{c: v for c, v in class_prices(r.candidates).items() if c != UNSETTLED_FIRST_STEP} for r in runs + short]
         classes = [c for c in prices[0] if all(c in p for p in prices)]
         nominal = runs[0]
         if not classes:
@@ -855,7 +857,7 @@ class Planner:
             pinned_nominal = split_runs[0] if pick == "async" and split_runs and split_runs[0].stats_spec == nominal.stats_spec else None
             cands = pinned_nominal.candidates if pinned_nominal is not None else nominal.candidates
             best = self._split_by_regret(nominal.best, cands, split_runs, current)
-            launch_runs = self._launch_runs(best, runs, prompt_tokens, current)
+            launch_runs = self._launch_runs(best, runs, prompt_tokens, current, short)
             best, cands = self._launch_rollout_tp(best, cands, launch_runs, prompt_tokens, current, spec)
             best = self._holding_launch(best, cands, nominal.stats, current)
             best = self._launch_layout(best, launch_runs, current)
@@ -876,7 +878,7 @@ class Planner:
         filling = current is None or current.mode != "async"
         best = self._split_by_regret(stay_within_tolerance(choose(of_class, self.options.max_staleness >= 1, filling), of_class, current),
                                      of_class, split_runs, current)
-        launch_runs = self._launch_runs(best, runs, prompt_tokens, current)
+        launch_runs = self._launch_runs(best, runs, prompt_tokens, current, short)
         best, of_class = self._launch_rollout_tp(best, of_class, launch_runs, prompt_tokens, current, spec)
         best = self._holding_launch(best, of_class, nominal.stats, current)
         best = self._launch_layout(best, launch_runs, current)
@@ -1062,13 +1064,16 @@ class Planner:
         return max(ratios) if ratios else float("nan")
 
     def _launch_runs(self, best: Candidate, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
-                     current: Plan | None) -> list[SearchResult]:
+                     current: Plan | None, short: Sequence[SearchResult] = ()) -> list[SearchResult]:
         """The prior scenarios ``runs`` and, when ``_launch_layout`` will use them, each unstretched
         one (the default prior and each known kind's) stretched to ``LAUNCH_STRETCH``: the training
         layout a run of undeclared kind launches with is also priced on much shorter steps than
-        any kind's prior, where the loop class and the split are not (``LAUNCH_STRETCH``)."""
+        any kind's prior, where the split is not (``LAUNCH_STRETCH``). ``short``: those searches
+        when the loop class was already priced on them (``_short_class_runs``, a K >= 1 launch)."""
         if current is not None or best.streaming or not runs:
             return list(runs)
+        if short:  # the same scenarios, already searched for the loop class (``_short_class_runs``)
+            return list(runs) + list(short)
         out = list(runs)
         for r in runs:
             spec = r.stats_spec
