@@ -153,7 +153,10 @@ def main() -> None:
     if walls:
         gw = sorted(w for w, _ in walls)
         per_move = sorted(w / max(n, 1) for w, n in walls)
-        q = lambda xs, p: xs[min(len(xs) - 1, int(p * len(xs)))]
+
+        def q(xs: list[float], p: float) -> float:
+            return xs[min(len(xs) - 1, int(p * len(xs)))]
+
         print(f"game wall time estimate (s, {len(gw)} gaps < 600 s): min {gw[0]:.1f} median {statistics.median(gw):.1f} "
               f"p90 {q(gw, 0.9):.1f} max {gw[-1]:.1f}; per move median {statistics.median(per_move):.1f} p90 {q(per_move, 0.9):.1f}")
     dig = hashlib.sha256("\n".join(sorted(digest_lines)).encode()).hexdigest()
