@@ -568,9 +568,11 @@ UNSETTLED_FIRST_STEP = "sync+streaming"
 #: shortest kind's prior stretched to 1/3 (FireAct HotpotQA's ReAct trajectories generate 184
 #: tokens on average), so the launch layout still held sequences they never bring; FireAct on 24
 #: H200 at K = 1 trained 0.8 s a step in it where the layout chosen with these scenarios trains
-#: 0.7 s (held_out_28 fireact-hotpotqa/h200-24-l8b/K1 0.932 -> 0.991, SIMULATED). Only the launch
-#: layout: letting these scenarios also choose the loop class moved AgentDojo's first step (124K-
-#: token runs) on 40 GB200 from time-shared to a split, 0.992 -> 0.942x of verl-colocated (K = 0).
+#: 0.7 s (held_out_28 fireact-hotpotqa/h200-24-l8b/K1 0.932 -> 0.991, SIMULATED). They also price
+#: the launch's rollout TP (session 32) and, at K >= 1 only, its loop class (session 33,
+#: ``Planner._short_class_runs``): at K = 0 letting them choose the loop class moved AgentDojo's
+#: first step (124K-token runs) on 40 GB200 from time-shared to a split, 0.992 -> 0.942x of
+#: verl-colocated.
 LAUNCH_STRETCH = 1 / 9
 
 #: How much longer than an undeclared kind's prior's longest sequence the training GPU count a run
@@ -899,12 +901,18 @@ class Planner:
         session 20), so only where an async split can overlap what a short step leaves idle."""
         if current is not None or self.options.max_staleness < 1:
             return []
+        return self._stretched_runs(runs, prompt_tokens, current, bound=False)
+
+    def _stretched_runs(self, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None, current: Plan | None,
+                        bound: bool) -> list[SearchResult]:
+        """Each unstretched scenario of ``runs`` searched again stretched to ``LAUNCH_STRETCH``
+        (one the cluster cannot run at all is left out)."""
         out: list[SearchResult] = []
         for r in runs:
             if r.stats_spec is None or r.stats_spec.stretch != 1.0:
                 continue
             try:
-                out.append(self._search((), prompt_tokens, current, replace(r.stats_spec, stretch=LAUNCH_STRETCH), bound=False))
+                out.append(self._search((), prompt_tokens, current, replace(r.stats_spec, stretch=LAUNCH_STRETCH), bound=bound))
             except UserError:
                 continue
         return out
@@ -1072,18 +1080,8 @@ class Planner:
         when the loop class was already priced on them (``_short_class_runs``, a K >= 1 launch)."""
         if current is not None or best.streaming or not runs:
             return list(runs)
-        if short:  # the same scenarios, already searched for the loop class (``_short_class_runs``)
-            return list(runs) + list(short)
-        out = list(runs)
-        for r in runs:
-            spec = r.stats_spec
-            if spec is None or spec.stretch != 1.0:
-                continue
-            try:
-                out.append(self._search((), prompt_tokens, current, replace(spec, stretch=LAUNCH_STRETCH)))
-            except UserError:
-                continue
-        return out
+        # the same scenarios, already searched for the loop class at a K >= 1 launch
+        return list(runs) + (list(short) or self._stretched_runs(runs, prompt_tokens, current, bound=True))
 
     def _launch_layout(self, best: Candidate, runs: Sequence[SearchResult], current: Plan | None) -> Candidate:
         """The training layout a run of undeclared kind launches with: ``best``'s, or the strategy
