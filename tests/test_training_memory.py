@@ -6,6 +6,7 @@ sequences of Llama-3.1-70B on 72 H100 where no strategy of its layout holds them
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -177,6 +178,42 @@ def test_a_streamed_step_trains_a_longer_sequence_in_smaller_micro_batches(tree:
     with pytest.raises(SimulationError, match=r"cannot train step 1: its longest sequence .* does not fit in memory"):
         run(False)
     res = run(True)
+    assert res.completed == res.expected
+    assert res.steps[1].transition_s == 0.0  # the same layout: no re-shard
+
+
+def _recompute_sized(tree: DecisionTree, long_step: Any) -> TrainConfig:
+    """A strategy on ``N`` GPUs without recompute that cannot hold the long step's longest
+    sequence even at micro-batch 1, while the same layout with recompute can."""
+    from dataclasses import replace
+
+    longest = int(long_step.total_tokens.max())
+    tokens, seq, _ = batch_shape(tree, long_step, [long_step], None, N)
+    timer = training_time_fn(tree.costs, tokens, seq)
+    for _, cfg in enumerate_strategies(tree.ev, N, 16, 2048, 8, timer, bound=False).ranked:
+        if (not cfg.recompute and not memory_report(tree.ev, replace(cfg, micro_batch=1), longest).fits
+                and memory_report(tree.ev, replace(cfg, micro_batch=1, recompute=True), longest).fits):
+            return cfg
+    raise AssertionError("no strategy whose recompute alone decides whether it holds the long step")
+
+
+def test_a_streamed_step_no_micro_batch_holds_trains_with_recompute(tree: DecisionTree) -> None:
+    """held_out_42: WebShop on 50 B200 / Llama-3.1-70B (K=0) brought a 4,748-token sequence at
+    step 1 that its streamed plan's layout held at no micro-batch (189.8 GB of 180 GB per GPU at
+    micro-batch 1) and Libra's run stopped where the baselines ran; recompute held it in 121.4 GB.
+    Recompute is a per-step knob (``same_layout``): the trainer turns it on, no re-shard."""
+    from libra.planner.settle import streamed_micro_batch
+
+    steps = [make_step(0, 16, seed=5), make_step(1, 16, seed=5, turns=(5, 5), gen=(5000, 5200))]
+    longest = int(steps[1].total_tokens.max())
+    cfg = _recompute_sized(tree, steps[1])
+    got = streamed_micro_batch(tree, cfg, longest)
+    assert got is not None and same_layout(got, cfg) and got.recompute
+    assert memory_report(tree.ev, got, longest).fits
+    plan = replace(_plan(cfg), streaming=True)
+    ev = CostEvaluator(GPU, MODEL)
+    res = Simulator(steps, Streamed(plan, True), ClusterSpec(2 * N, GPU, MODEL), SimCosts(ev),
+                    SimConfig(noise_sigma=0.0, streaming=True)).run()
     assert res.completed == res.expected
     assert res.steps[1].transition_s == 0.0  # the same layout: no re-shard
 

@@ -100,8 +100,9 @@ def settled_knobs(tree: DecisionTree, train: TrainConfig, tokens: int, seq: int,
 def streamed_micro_batch(tree: DecisionTree, train: TrainConfig, longest: int) -> TrainConfig | None:
     """The strategy a streamed step trains a mini-batch holding a ``longest``-token sequence with:
     ``train`` when it holds that sequence, else ``train`` with the largest smaller micro-batch
-    that does (its layout and recompute unchanged, so no re-shard); None when not even a
-    micro-batch of one sequence does (the simulator then refuses the step).
+    that does, else with activation recompute at the largest micro-batch that does (its layout
+    unchanged, so no re-shard); None when not even a micro-batch of one sequence with recompute
+    does (the simulator then refuses the step).
 
     Why: a streamed step starts training before its batch is complete, in its plan's strategy,
     sized to hold twice the longest sequence seen (``libra.planner.search.STREAM_MEMORY_HEADROOM``).
@@ -110,14 +111,25 @@ def streamed_micro_batch(tree: DecisionTree, train: TrainConfig, longest: int) -
     micro-batch 4, 80.4 GB of 80 GB per GPU (held_out_33, SIMULATED). A trainer that forms its
     micro-batches by a token budget (verl's ``use_dynamic_bsz`` with ``ppo_max_token_len_per_gpu``)
     trains the mini-batch holding that sequence in smaller micro-batches instead; micro-batch 1
-    held it at 31.6 GB. Only the micro-batch changes: recompute and the layout are set when the
-    trainer is built."""
+    held it at 31.6 GB. The layout is set when the trainer is built; the micro-batch changes
+    first, then activation recompute for the mini-batches still to train, at the largest
+    micro-batch that holds the sequence: the per-step knobs ``same_layout`` leaves free, as a
+    complete batch's settle sets them. Hugging Face models read their gradient-checkpointing
+    flag at each forward and Megatron reads its recompute config there too, so it can change
+    between mini-batches with no re-shard. WebShop on 50 B200 / Llama-3.1-70B (K=0, step 1, the
+    same 4,748-token sequence) failed at micro-batch 1, 189.8 GB of 180 GB per GPU on TP 2 x DP 16
+    ZeRO-2; recompute held it in 121.4 GB (held_out_42, SIMULATED), where the baselines ran."""
     if fits_in_memory(tree.ev, train, longest):
         return train
     for mb in range(int(train.micro_batch) - 1, 0, -1):
         cfg = replace(train, micro_batch=mb)
         if fits_in_memory(tree.ev, cfg, longest):
             return cfg
+    if not train.recompute:
+        for mb in range(int(train.micro_batch), 0, -1):
+            cfg = replace(train, micro_batch=mb, recompute=True)
+            if fits_in_memory(tree.ev, cfg, longest):
+                return cfg
     return None
 
 

@@ -245,12 +245,16 @@ class LibraPolicy:
     def streamed_knobs(self, plan: Plan, longest: int) -> TrainConfig | None:
         """The strategy a streamed step of ``plan`` trains a mini-batch holding a ``longest``-token
         sequence with: the plan's, or its layout at a smaller micro-batch that holds it (a
-        token-budget trainer's micro-batches, ``libra.planner.settle.streamed_micro_batch``);
-        None when none does. A user's micro-batch pin is kept (None then, if it cannot hold it).
-        The plan's own layout, as the backends train a streamed step (nothing settles it)."""
+        token-budget trainer's micro-batches), else with activation recompute
+        (``libra.planner.settle.streamed_micro_batch``); None when none does. A user's
+        micro-batch pin is kept (recompute only, then). The plan's own layout, as the backends
+        train a streamed step (nothing settles it)."""
         train = plan.train
         if self.options.micro_batch is not None:
-            return train if fits_in_memory(self.planner.tree.ev, train, longest) else None
+            for cfg in (train, dataclasses.replace(train, recompute=True)):
+                if fits_in_memory(self.planner.tree.ev, cfg, longest):
+                    return cfg
+            return None
         return streamed_micro_batch(self.planner.tree, train, longest)
 
     def settle_training(self, plan: Plan, batch: StepArrays, seen: Sequence[StepArrays]) -> TrainConfig:
