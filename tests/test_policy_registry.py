@@ -49,14 +49,16 @@ def test_one_registry_lists_every_policy_baselines_first() -> None:
 
 def test_every_factory_takes_the_one_options_type_and_plans(costs) -> None:  # type: ignore[no-untyped-def]
     step = make_step(0, 32, seed=1)
-    opts = PolicyOptions(ev=costs.ev, max_staleness=1, hindsight=SimReplayer([step], CLUSTER, costs))
+    # a declared kind: one prior to plan from, not the hedge over every kind's (CI time, session 34)
+    cluster = dataclasses.replace(CLUSTER, workload="math")
+    opts = PolicyOptions(ev=costs.ev, max_staleness=1, hindsight=SimReplayer([step], cluster, costs))
     for name in EVERY:
-        pol = resolve(name, CLUSTER, opts)
+        pol = resolve(name, cluster, opts)
         assert pol.name == name and pol.sees_future is (name == "hindsight-routing")
-        plan = pol.plan(CLUSTER, (), step.prompt_tokens)
+        plan = pol.plan(cluster, (), step.prompt_tokens)
         assert plan.n_train_gpus >= 1 and plan.instances
         # keywords are the same type's fields, applied on top
-        assert POLICIES[name](CLUSTER, opts, seed=3).name == name
+        assert POLICIES[name](cluster, opts, seed=3).name == name
 
 
 @pytest.mark.parametrize("name", EVERY)
