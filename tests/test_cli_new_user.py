@@ -23,6 +23,27 @@ def test_plan_without_a_trace_falls_back_to_a_context_that_fits(capsys: pytest.C
     assert "32,768-token contexts" in doc["limits"] and "--max-context" in doc["limits"]
 
 
+def test_plan_prints_the_launch_libra_replays_when_the_prior_fits_only_a_costly_one(capsys: pytest.CaptureFixture[str]) -> None:
+    # 30 A100 / Qwen3-32B: the 65,536-token prior fits only 6:24 at K=1, whose regret over the prior
+    # scenarios exceeds HEDGE_REGRET_CAP; the policy launches at an assumed 32,768, and until
+    # session 34 `libra-sim plan` printed the 6:24 plan the replay never ran
+    import numpy as np
+
+    from libra.cluster import ClusterSpec
+    from libra.planner.stats import PRIOR_PROMPT_TOKENS
+    from libra.policies import POLICIES, PolicyOptions
+
+    assert main(["plan", "--gpus", "30", "--gpu", "a100", "--model", "qwen3-32b", "--max-staleness", "1", "--prompts", "128",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["assumed_max_context"] == 32768 and "fits only a launch" in doc["limits"]
+    cl = ClusterSpec(30, "a100", "qwen3-32b")
+    plan = POLICIES["libra"](cl, PolicyOptions(max_staleness=1)).plan(cl, [], np.full(128, PRIOR_PROMPT_TOKENS, np.int64))
+    assert plan.notes["assumed_max_context"] == 32768
+    assert (doc["split"]["rollout_gpus"], doc["split"]["train_gpus"]) == (plan.n_rollout_gpus, plan.n_train_gpus)
+    assert sorted(i["tp"] for i in doc["instances"]) == sorted(i.tp for i in plan.instances)
+
+
 def test_plan_that_fits_nothing_names_max_context(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--gpus", "8", "--gpu", "h100", "--model", "llama-3.1-70b"]) == 2
     err = capsys.readouterr().err

@@ -1666,7 +1666,7 @@ class Planner:
                 "splits_cut_by_bound": res.skipped,
                 "dp_memo_hits": res.dp_hits,
                 # a hedged first step: the launched plan's worst-case regret over the prior
-                # scenarios (``SearchResult.launch_regret``; ``LibraPolicy`` reads it, ``HEDGE_REGRET_CAP``)
+                # scenarios (``SearchResult.launch_regret``; ``LibraPolicy`` and ``libra-sim plan`` read it, ``libra.planner.assumed_cap``)
                 **({"hedge_regret": float(res.launch_regret)} if res.launch_regret == res.launch_regret else {}),
             },
         )

@@ -17,7 +17,8 @@ policies here; neither builds its own.
 """
 
 from libra.policies.hindsight import HindsightReplayer
-from libra.policies.libra_policy import ASSUMED_CAPS, LIBRA_POLICIES, ROUTERS, LibraPolicy
+from libra.planner.assumed_cap import ASSUMED_CAPS
+from libra.policies.libra_policy import LIBRA_POLICIES, ROUTERS, LibraPolicy
 from libra.policies.options import OPTIONS, PolicyOptions, options_for
 from libra.policies.pinned import PinnedPolicy, PlanPin, pin_plan, pinned
 from libra.policies.registry import (BASELINES, CAPABILITIES, FUTURE, HINDSIGHT, POLICIES, POLICY_NAMES, REGISTRY, PolicyEntry,

@@ -40,6 +40,7 @@ import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
+from libra.planner.assumed_cap import needs_assumed_cap, plan_at_assumed_caps
 from libra.planner.costs import CostModel, make_evaluator
 from libra.planner.decision_tree import fits_in_memory
 from libra.planner.feedback import StepOutcome
@@ -58,20 +59,8 @@ from libra.scheduling.routers import LeastLoadedRouter, LengthPredictorRouter, O
 from libra.trace.columnar import StepArrays
 
 ROUTERS: tuple[str, ...] = ("least-loaded", "least-loaded-rebalance", "reactive", "cmlfq", "no-migration", "length-predictor", "oracle")
-#: Context caps tried, longest first, for a first step whose length prior fits nothing and whose
-#: workload declares no limit (``LibraPolicy._plan_assuming_cap``).
-ASSUMED_CAPS: tuple[int, ...] = (32768, 16384, 8192, 4096)
-#: A first step of undeclared kind whose launched plan (its training GPU count and loop class)
-#: costs some prior scenario more than this many times that scenario's best plan
-#: (``Plan.notes["hedge_regret"]``, ``SearchResult.launch_regret``) is planned again at each of
-#: ``ASSUMED_CAPS`` (``LibraPolicy._plan_assuming_cap``). Why: the default prior reaches 65,536
-#: tokens, and on 36 H100 with Qwen3-32B only 32 training GPUs hold that, so every split the prior
-#: allowed gave rollout 4 GPUs, one TP-4 instance, which the short scenarios price at up to 11x
-#: their best (1,400 runs of 700-token prompts at K=1; 1.43 at an assumed 32,768); InterCode SQL (a few thousand tokens a run) ran its first two steps at K=1 on it,
-#: 0.435x of the time-shared baseline, which assumes 32,768 (held_out_35
-#: intercode-sql/h100-36-32b/K1, SIMULATED). At 1.5 the fallback fired on no launch of held_out_33
-#: or held_out_34 (every Libra row unchanged) and on held_out_35 only on 36 H100.
-HEDGE_REGRET_CAP = 1.5
+#: ``ASSUMED_CAPS`` and ``HEDGE_REGRET_CAP``, the first step's assumed context caps, live in
+#: ``libra.planner.assumed_cap``, whose rule ``libra-sim plan`` prints too.
 
 
 class LibraPolicy:
@@ -155,7 +144,7 @@ class LibraPolicy:
                 raise  # measured steps or a declared limit: nothing fits what will happen
             plan = self._plan_assuming_cap(cluster, history, prompt_tokens)
         else:
-            if not history and cluster.max_context is None and plan.notes.get("hedge_regret", 1.0) > HEDGE_REGRET_CAP:
+            if not history and cluster.max_context is None and needs_assumed_cap(float(plan.notes.get("hedge_regret", 1.0))):
                 plan = self._plan_assuming_cap(cluster, history, prompt_tokens, incumbent=plan)
         if not self._trained:
             self._provisional.append(plan)
@@ -177,45 +166,20 @@ class LibraPolicy:
     def _plan_assuming_cap(self, cluster: ClusterSpec, history: Sequence[StepArrays], prompt_tokens: np.ndarray,
                            incumbent: Plan | None = None) -> Plan:
         """The first step when no context limit is declared and the length prior's own cap
-        (65,536 tokens, a guess) does not serve: planned again for each of ``ASSUMED_CAPS``,
-        longest first, flagged ``notes["assumed_max_context"]``.
-
-        Nothing fits that cap (``incumbent`` None): the first cap that fits is taken. A wrong
-        guess then costs a re-plan after the first step, not a refusal (Qwen3-32B on 16 A800s was
-        refused at sequence 65,536 while verl-colocated, assuming 32,768, ran it).
-
-        The cap fits only a launch (``incumbent``) whose worst-case regret over the prior
-        scenarios exceeds ``HEDGE_REGRET_CAP``: the first cap whose launch is within it is taken,
-        else the one of least regret, ``incumbent`` included. Why: a cap the cluster fits only on
-        an extreme split (the prior's 64K held by 32 of 36 H100s for Qwen3-32B) turns every split
-        class into that split, whose rollout every short scenario prices at several times its
-        best. A shorter assumed cap is what the baselines assume too (verl-colocated: 32,768);
-        the risk it takes is a step-0 run longer than the cap that the launched training GPUs
-        cannot hold, which stops the run (the simulator refuses an out-of-memory training), the
-        same risk the baselines take."""
+        (65,536 tokens, a guess) does not serve: nothing fits it (``incumbent`` None), or it fits
+        only a launch whose worst-case regret over the prior scenarios exceeds
+        ``HEDGE_REGRET_CAP`` (a cap the cluster fits only on an extreme split, the prior's 64K held
+        by 32 of 36 H100s for Qwen3-32B, turns every split class into that split, whose rollout
+        every short scenario prices at several times its best). Planned again at the assumed caps
+        (``libra.planner.assumed_cap.plan_at_assumed_caps``, the rule ``libra-sim plan`` prints
+        too), flagged ``notes["assumed_max_context"]``."""
         assert self._ev is not None and self._replanner is not None
-        best = incumbent
-        best_regret = float(incumbent.notes["hedge_regret"]) if incumbent is not None else float("inf")
-        err: UserError | None = None
-        for cap in ASSUMED_CAPS:
-            planner = Planner(dataclasses.replace(cluster, max_context=cap), self._ev, self._options)
-            try:
-                cand = planner.plan(history, prompt_tokens)
-            except UserError as e:
-                err = e
-                continue
-            cand = dataclasses.replace(cand, notes={**cand.notes, "assumed_max_context": cap, "replanned": True})
-            if incumbent is None:
-                best = cand
-                break
-            regret = float(cand.notes.get("hedge_regret", 1.0))
-            if regret < best_regret:
-                best, best_regret = cand, regret
-            if regret <= HEDGE_REGRET_CAP:
-                break
-        if best is None:
-            assert err is not None
-            raise err
+
+        def plan_at(cap: int) -> Plan:
+            cand = Planner(dataclasses.replace(cluster, max_context=cap), self._ev, self._options).plan(history, prompt_tokens)
+            return dataclasses.replace(cand, notes={**cand.notes, "assumed_max_context": cap, "replanned": True})
+
+        best, _ = plan_at_assumed_caps(plan_at, lambda p: float(p.notes.get("hedge_regret", 1.0)), incumbent)
         if best is not incumbent:
             self._replanner.current = best
         return best

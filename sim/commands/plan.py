@@ -119,14 +119,14 @@ def run(args: argparse.Namespace) -> int:
     if args.mode == "async" and args.max_staleness < 1:
         raise UserError("--mode async needs --max-staleness K >= 1 (the staleness the RL algorithm tolerates)")
     opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2)
-    from libra.policies.libra_policy import ASSUMED_CAPS
+    from libra.planner.assumed_cap import ASSUMED_CAPS
 
     ev = None
     if args.calibration is not None:  # the replay's evaluator, so plan and replay price alike
         from sim.costs import load_costs
 
         ev = load_costs(cluster.gpu, cluster.model, cluster.gpus_per_node, args.calibration, engine=args.engine).ev
-    planner, res, assumed = _search(cluster, opts, history, prompts, ev)
+    planner, res, assumed, why = _search(cluster, opts, history, prompts, ev)
     if args.emit:
         return _emit(args.emit, planner, res, history, prompts)
     plan = planner.to_plan(res)
@@ -134,9 +134,9 @@ def run(args: argparse.Namespace) -> int:
     doc["limits"] = limits_text
     if assumed is not None:
         doc["assumed_max_context"] = assumed
-        doc["limits"] = (f"none declared; nothing fits the length prior's 65,536-token cap, so planned for {assumed:,}-token "
-                         f"contexts (the longest of {'/'.join(f'{c // 1024}K' for c in ASSUMED_CAPS)} that fits, as libra "
-                         "plans its first step); pass --max-context N for your workload's")
+        doc["limits"] = (f"none declared; {why}, so planned for {assumed:,}-token contexts (of "
+                         f"{'/'.join(f'{c // 1024}K' for c in ASSUMED_CAPS)}, as libra plans its first step); "
+                         "pass --max-context N for your workload's")
     doc["extrapolation"] = planner.ev.engine_extrapolation(sorted({i.tp for i in plan.instances}),  # type: ignore[attr-defined]
                                                            -(-len(prompts) // max(1, len(plan.instances))))
     if args.json:
@@ -146,35 +146,54 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any = None) -> tuple[Any, Any, int | None]:
-    """(planner, its search result, assumed context cap or None); ``ev``: the evaluator (None: the
-    cluster's). Without measured steps or a declared context limit,
-    a prior that fits nothing (its own 65,536-token cap is a guess) is planned for the longest of
-    ``ASSUMED_CAPS`` that fits, as ``LibraPolicy`` plans a replay's first step
-    (docs/policy-core.md); a misfit that remains names ``--max-context``."""
+def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any = None) -> tuple[Any, Any, int | None, str]:
+    """(planner, its search result, assumed context cap or None, why that cap: the limits line's
+    words, empty when none was assumed); ``ev``: the evaluator (None: the
+    cluster's). Without measured steps or a declared context limit, a prior that fits nothing (its
+    own 65,536-token cap is a guess), or fits only a launch whose regret over the prior scenarios
+    exceeds ``HEDGE_REGRET_CAP``, is planned at the assumed caps by the rule ``LibraPolicy``
+    launches a replay with (``libra.planner.assumed_cap``, docs/policy-core.md); a misfit that
+    remains names ``--max-context``."""
     import dataclasses
 
     from libra.errors import UserError
+    from libra.planner.assumed_cap import ASSUMED_CAPS, needs_assumed_cap, plan_at_assumed_caps
     from libra.planner.search import Planner
-    from libra.policies.libra_policy import ASSUMED_CAPS
 
+    def plan_at(cap: int) -> tuple[Any, Any]:
+        planner = Planner(dataclasses.replace(cluster, max_context=cap), ev=ev, options=opts)
+        return planner, planner.search(history, prompts)
+
+    def regret_of(searched: tuple[Any, Any]) -> float:
+        return float(searched[1].launch_regret)
+
+    incumbent: tuple[Any, Any] | None = None
+    first: UserError | None = None
     try:
         planner = Planner(cluster, ev=ev, options=opts)
-        return planner, planner.search(history, prompts), None
+        incumbent = (planner, planner.search(history, prompts))
     except UserError as exc:
         if history or cluster.max_context is not None:
             hint = "" if history else "; a shorter --max-context TOKENS may fit"
             raise UserError(f"{exc}{hint}") from None
         first = exc
-    for cap in ASSUMED_CAPS:
-        try:
-            planner = Planner(dataclasses.replace(cluster, max_context=cap), ev=ev, options=opts)
-            return planner, planner.search(history, prompts), cap
-        except UserError:
-            continue
-    raise UserError(f"{first}; with no context limit declared it was also planned for "
-                    f"{'/'.join(f'{c:,}' for c in ASSUMED_CAPS)}-token contexts and nothing fits: pass --max-context TOKENS "
-                    "(your workload's limit), more GPUs or a bigger GPU") from None
+    else:
+        if history or cluster.max_context is not None or not needs_assumed_cap(regret_of(incumbent)):
+            return incumbent[0], incumbent[1], None, ""
+    try:
+        (planner, res), cap = plan_at_assumed_caps(plan_at, regret_of, incumbent)
+    except UserError:
+        raise UserError(f"{first}; with no context limit declared it was also planned for "
+                        f"{'/'.join(f'{c:,}' for c in ASSUMED_CAPS)}-token contexts and nothing fits: pass --max-context TOKENS "
+                        "(your workload's limit), more GPUs or a bigger GPU") from None
+    if incumbent is None:
+        why = "nothing fits the length prior's 65,536-token cap"
+    else:
+        from libra.planner.assumed_cap import HEDGE_REGRET_CAP
+
+        why = (f"the length prior's 65,536-token cap fits only a launch that costs some prior scenario "
+               f"{regret_of(incumbent):.2f}x its best (over {HEDGE_REGRET_CAP}x)")
+    return planner, res, cap, why
 
 
 def _emit(framework: str, planner: Any, res: Any, history: list[Any], prompts: Any) -> int:
