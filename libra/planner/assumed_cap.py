@@ -19,7 +19,7 @@ with Qwen3-32B ``libra-sim plan`` printed a 6:24 launch while a replay launched 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import TypeVar
 
 from libra.errors import UserError
@@ -80,9 +80,16 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
     return best, best_cap
 
 
-def needs_assumed_cap(regret: float) -> bool:
-    """Whether a launch of this worst-case regret is planned again at the assumed caps."""
-    return regret == regret and regret > HEDGE_REGRET_CAP
+def may_assume_cap(history: Sized, max_context: int | None) -> bool:
+    """Whether a plan may be made at an assumed cap at all: only a first step (no measured step)
+    of a workload that declares no context limit. Otherwise a misfit is the user's error."""
+    return not len(history) and max_context is None
+
+
+def needs_assumed_cap(regret: float, history: Sized, max_context: int | None) -> bool:
+    """Whether a plan made from the prior, at this worst-case regret over the prior scenarios,
+    is planned again at the assumed caps."""
+    return may_assume_cap(history, max_context) and regret == regret and regret > HEDGE_REGRET_CAP
 
 
 def _regret(regret_of: Callable[[T], float], plan: T) -> float:

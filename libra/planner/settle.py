@@ -97,7 +97,7 @@ def settled_knobs(tree: DecisionTree, train: TrainConfig, tokens: int, seq: int,
     return new, float(training_time_fn(tree.costs, tokens, seq, tree.kl)(new))
 
 
-def streamed_micro_batch(tree: DecisionTree, train: TrainConfig, longest: int) -> TrainConfig | None:
+def streamed_micro_batch(tree: DecisionTree, train: TrainConfig, longest: int, micro_batch: int | None = None) -> TrainConfig | None:
     """The strategy a streamed step trains a mini-batch holding a ``longest``-token sequence with:
     ``train`` when it holds that sequence, else ``train`` with the largest smaller micro-batch
     that does, else with activation recompute at the largest micro-batch that does (its layout
@@ -119,15 +119,11 @@ def streamed_micro_batch(tree: DecisionTree, train: TrainConfig, longest: int) -
     between mini-batches with no re-shard. WebShop on 50 B200 / Llama-3.1-70B (K=0, step 1, the
     same 4,748-token sequence) failed at micro-batch 1, 189.8 GB of 180 GB per GPU on TP 2 x DP 16
     ZeRO-2; recompute held it in 121.4 GB (held_out_42, SIMULATED), where the baselines ran."""
-    if fits_in_memory(tree.ev, train, longest):
-        return train
-    for mb in range(int(train.micro_batch) - 1, 0, -1):
-        cfg = replace(train, micro_batch=mb)
-        if fits_in_memory(tree.ev, cfg, longest):
-            return cfg
-    if not train.recompute:
-        for mb in range(int(train.micro_batch), 0, -1):
-            cfg = replace(train, micro_batch=mb, recompute=True)
+    # a user's micro-batch pin (``micro_batch``) is kept: only recompute may change then
+    sizes = [int(train.micro_batch)] if micro_batch is not None else range(int(train.micro_batch), 0, -1)
+    for recompute in dict.fromkeys((train.recompute, True)):
+        for mb in sizes:
+            cfg = replace(train, micro_batch=mb, recompute=recompute)
             if fits_in_memory(tree.ev, cfg, longest):
                 return cfg
     return None

@@ -40,9 +40,8 @@ import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
-from libra.planner.assumed_cap import needs_assumed_cap, plan_at_assumed_caps
+from libra.planner.assumed_cap import may_assume_cap, needs_assumed_cap, plan_at_assumed_caps
 from libra.planner.costs import CostModel, make_evaluator
-from libra.planner.decision_tree import fits_in_memory
 from libra.planner.feedback import StepOutcome
 from libra.planner.plan import Plan, TrainConfig, same_layout
 from libra.planner.search import Planner, Replanner, SearchOptions, declared_context
@@ -140,11 +139,11 @@ class LibraPolicy:
         try:
             plan = self._replanner.plan(history, prompt_tokens)
         except UserError:
-            if history or cluster.max_context is not None:
+            if not may_assume_cap(history, cluster.max_context):
                 raise  # measured steps or a declared limit: nothing fits what will happen
             plan = self._plan_assuming_cap(cluster, history, prompt_tokens)
         else:
-            if not history and cluster.max_context is None and needs_assumed_cap(float(plan.notes.get("hedge_regret", 1.0))):
+            if needs_assumed_cap(float(plan.notes.get("hedge_regret", 1.0)), history, cluster.max_context):
                 plan = self._plan_assuming_cap(cluster, history, prompt_tokens, incumbent=plan)
         if not self._trained:
             self._provisional.append(plan)
@@ -213,13 +212,7 @@ class LibraPolicy:
         (``libra.planner.settle.streamed_micro_batch``); None when none does. A user's
         micro-batch pin is kept (recompute only, then). The plan's own layout, as the backends
         train a streamed step (nothing settles it)."""
-        train = plan.train
-        if self.options.micro_batch is not None:
-            for cfg in (train, dataclasses.replace(train, recompute=True)):
-                if fits_in_memory(self.planner.tree.ev, cfg, longest):
-                    return cfg
-            return None
-        return streamed_micro_batch(self.planner.tree, train, longest)
+        return streamed_micro_batch(self.planner.tree, plan.train, longest, self.options.micro_batch)
 
     def settle_training(self, plan: Plan, batch: StepArrays, seen: Sequence[StepArrays]) -> TrainConfig:
         """The micro-batch and recompute for ``batch``, the step about to train, within the

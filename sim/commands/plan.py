@@ -157,7 +157,7 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
     import dataclasses
 
     from libra.errors import UserError
-    from libra.planner.assumed_cap import ASSUMED_CAPS, needs_assumed_cap, plan_at_assumed_caps
+    from libra.planner.assumed_cap import ASSUMED_CAPS, HEDGE_REGRET_CAP, may_assume_cap, needs_assumed_cap, plan_at_assumed_caps
     from libra.planner.search import Planner
 
     def plan_at(cap: int) -> tuple[Any, Any]:
@@ -173,12 +173,12 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
         planner = Planner(cluster, ev=ev, options=opts)
         incumbent = (planner, planner.search(history, prompts))
     except UserError as exc:
-        if history or cluster.max_context is not None:
+        if not may_assume_cap(history, cluster.max_context):
             hint = "" if history else "; a shorter --max-context TOKENS may fit"
             raise UserError(f"{exc}{hint}") from None
         first = exc
     else:
-        if history or cluster.max_context is not None or not needs_assumed_cap(regret_of(incumbent)):
+        if not needs_assumed_cap(regret_of(incumbent), history, cluster.max_context):
             return incumbent[0], incumbent[1], None, ""
     try:
         (planner, res), cap = plan_at_assumed_caps(plan_at, regret_of, incumbent)
@@ -189,8 +189,6 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
     if incumbent is None:
         why = "nothing fits the length prior's 65,536-token cap"
     else:
-        from libra.planner.assumed_cap import HEDGE_REGRET_CAP
-
         why = (f"the length prior's 65,536-token cap fits only a launch that costs some prior scenario "
                f"{regret_of(incumbent):.2f}x its best (over {HEDGE_REGRET_CAP}x)")
     return planner, res, cap, why
