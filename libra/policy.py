@@ -69,7 +69,7 @@ class Policy(Protocol):
     # return to rollout charged). None, or without it, the step fails (a real trainer runs out of
     # memory). The simulator runs it; libra-run does not ask it yet.
     # Optional: ``training_plan(plan, latest: Plan) -> Plan``. Backends call it when a step's
-    # (unstreamed, split) training is about to start and a later step's plan (``latest``) has
+    # (unstreamed, split or time-shared) training is about to start and a later step's plan (``latest``) has
     # been made with another training split or layout; it returns ``plan`` or ``latest``, and
     # with ``latest`` the backend trains the step on that plan's training GPUs and layout when
     # they are free (a re-shard, the price of ``latest``'s move, charged once). Without it every

@@ -225,6 +225,10 @@ class Simulator:
         n = len(self.steps)
         self.rollout_done = [env.event() for _ in range(n)]
         self.synced = [env.event() for _ in range(n)]
+        # a step's training has its GPUs decided (``_adopt`` ran): rollouts waiting on a
+        # time-shared step's GPUs re-check which of them it trains on (``_acquire_after``)
+        self._train_placed = [env.event() for _ in range(n)]
+        self._step_index = {s.step: j for j, s in enumerate(self.steps)}
         self._admitted: list[simpy.Event | None] = [None] * n  # shared engines: the step's trajectories all seated
         self._engines_of: list[Engines | None] = [None] * n
         self._history_idx: list[int] = []
@@ -312,6 +316,10 @@ class Simulator:
             inst_gpus = self._instance_gpus(plan)
             train_gpus = self._train_gpus(plan, inst_gpus)
             trans = self.costs.step.transition(self._prev_plan, plan.n_train_gpus, plan.train, plan.instances)
+            # after a time-shared step whose training may move onto this split's GPUs: the
+            # engines this split starts anew (charged only if it does move, ``_acquire_after``)
+            shared = (self.costs.step.shared_to_async(self._prev_plan, plan.instances)
+                      if self._prev_plan is not None and self._prev_plan.colocated and mode == "async" and not plan.colocated else None)
             self._prev_plan = plan
             self._transitions[j] = trans
             self._planned_train[j] = plan.train
@@ -347,18 +355,21 @@ class Simulator:
             # towards rollout) go to that training first: its job was decided before this plan,
             # and without this the new rollout instance, asking at the same instant, could win
             # the booking and stall that training for a whole rollout (seen: +507 s on one step).
-            blocking = [(gs, self.synced[i]) for i, gs in self._train_gpu_sets.items() if i < j and not self.synced[i].triggered]
+            blocking = [(i, gs) for i, gs in self._train_gpu_sets.items() if i < j and not self.synced[i].triggered]
             self._train_gpu_sets[j] = frozenset(train_gpus)
             if adopt and trans.moved:
                 raise InvariantViolation(f"step {step.step} adopted the previous step's engines but its transition moves instances {trans.moved}")
             for inst in ([] if adopt else stage.instances.values()):
                 inst.started = False
-                waits = [ev for gs, ev in blocking if gs.intersection(inst.gpus)]
+                ahead = [i for i, gs in blocking if gs.intersection(inst.gpus)]
+                deferred = [i for i in ahead if self._may_move_training(i)]
+                waits = [self.synced[i] for i in ahead if i not in deferred]
                 delay = load if inst.id in trans.moved else 0.0  # a moved instance loads its weights first
-                if not waits:  # what the router may know of when it starts: the predicted load, not the noisy one
+                if not ahead:  # what the router may know of when it starts: the predicted load, not the noisy one
                     inst.ready_at = env.now + (trans.to_rollout_s if inst.id in trans.moved else 0.0)
-                if waits or delay > 0:
-                    env.process(self._acquire_after(waits, inst, ("rollout", step.step, inst.id), delay))
+                start_s = shared.to_rollout_s if shared is not None and inst.id in shared.moved else 0.0
+                if ahead or delay > 0:
+                    env.process(self._acquire_after(waits, inst, ("rollout", step.step, inst.id), delay, deferred, start_s))
                 else:
                     ev = self.ledger.acquire(inst.gpus, ("rollout", step.step, inst.id))
                     ev.callbacks.append(lambda _e, inst=inst: inst.start())
@@ -391,10 +402,29 @@ class Simulator:
             inst.alive = False
         eng.retired = True
 
+    def _may_move_training(self, i: int) -> bool:
+        """Whether step ``i``'s training, not placed yet, may still leave the GPUs its plan gave
+        it: a time-shared plan's training that a later split may take over (``_adopt``)."""
+        plan = self._plans[i]
+        return (plan is not None and plan.colocated and not self._train_placed[i].triggered
+                and getattr(self.policy, "training_plan", None) is not None)
+
     def _acquire_after(self, waits: list[simpy.Event], inst: Instance, owner: tuple[str, int, int],
-                       delay_s: float = 0.0) -> Generator[Any, Any, None]:
+                       delay_s: float = 0.0, deferred: Sequence[int] = (), start_s: float = 0.0) -> Generator[Any, Any, None]:
         """Book ``inst``'s GPUs once the earlier trainings in ``waits`` are done, keep them
-        ``delay_s`` for a plan transition (the instance loads its weights), then start it."""
+        ``delay_s`` for a plan transition (the instance loads its weights), then start it.
+        ``deferred``: earlier time-shared steps whose training may move to a later split's
+        training GPUs (``_may_move_training``); once each is placed, ``inst`` waits for it only
+        if it still trains on one of ``inst``'s GPUs, and when one moved, ``inst`` first starts
+        its engine (``start_s``: ``StepCosts.shared_to_async``; no engine switch back woke it)."""
+        if deferred:
+            yield self.env.all_of([self._train_placed[i] for i in deferred])
+            waits = list(waits) + [self.synced[i] for i in deferred if self._train_gpu_sets[i].intersection(inst.gpus)]
+            if start_s > 0 and any(self._train_split[i] is not None for i in deferred):
+                start = start_s * self.noise_xfer.factor()
+                delay_s += start
+                j = self._step_index[owner[1]]
+                self._charged[j][0] = max(self._charged[j][0], start)  # instances start in parallel: one's time
         if waits:
             yield self.env.all_of(waits)
         yield self.ledger.acquire(inst.gpus, owner)
@@ -444,6 +474,7 @@ class Simulator:
         if j > 0:
             yield self.synced[j - 1]
         plan, adopted = self._adopt(j, plan, job)
+        self._train_placed[j].succeed()
         owner = ("train", step.step)
         yield self.ledger.acquire(job.gpus, owner)
         held = self._held_train  # (plan, layout) the trainer holds; None before the first training
@@ -498,8 +529,15 @@ class Simulator:
         tps = [ri.tp for ri in plan.instances]
         rtp = max(tps) if tps else 1
         sc = self.costs.step
+        own = self._plans[j]
         if plan.colocated:
             switch_in = sc.switch_to_train_s(plan.train, rtp) * self.noise_xfer.factor()
+            yield env.timeout(switch_in)
+        elif adopted is not None and own is not None and own.colocated:
+            # a time-shared step's training on a split's GPUs: their engines (the time-shared
+            # plan's) sleep and the trainer onloads, as its own switch would; none switches back
+            own_rtp = max((ri.tp for ri in own.instances), default=1)
+            switch_in = sc.switch_to_train_s(plan.train, own_rtp) * self.noise_xfer.factor()
             yield env.timeout(switch_in)
         self.running_job = job
         ts: TrainStats = yield env.process(job.run())
@@ -527,6 +565,9 @@ class Simulator:
         """Step ``j``'s training on the latest plan's training GPUs and layout, when the policy
         asks for it (``Policy.training_plan``) and those GPUs are free now; else ``plan``.
         Returns the plan the training runs under and the index of the adopted plan (None).
+        A time-shared step's training may adopt a later split: it then trains as the split's
+        does (no engine switches, the split's weight push), and the later rollout's instances
+        need not wait for it (``_acquire_after``).
 
         Why: at K >= 1 a step's training may start after a later step's plan moved the split
         (the next rollout already runs on the new layout), and the GPUs the move gave training
@@ -537,7 +578,7 @@ class Simulator:
         trainer then holds that layout), at the price the planner gave the move."""
         ask = getattr(self.policy, "training_plan", None)
         i = self._latest_planned
-        if ask is None or i <= j or job.feed is not None or plan.colocated:
+        if ask is None or i <= j or job.feed is not None:
             return plan, None
         latest = self._plans[i]
         assert latest is not None
@@ -556,7 +597,8 @@ class Simulator:
         job.settle(latest.train)
         self._train_gpu_sets[j] = frozenset(gpus)
         self._train_split[j] = latest.n_train_gpus
-        return dataclasses.replace(plan, n_train_gpus=latest.n_train_gpus, train=latest.train, instances=latest.instances), i
+        # a time-shared step's training becomes a split's: no engine switches, the split's push
+        return dataclasses.replace(plan, n_train_gpus=latest.n_train_gpus, train=latest.train, instances=latest.instances, colocated=False), i
 
     def _outgrown(self, j: int, step: StepArrays, plan: Plan, job: TrainJob) -> Generator[Any, Any, tuple[Plan, tuple[int, ...]]]:
         """Step ``j``'s complete batch brought a sequence no strategy of its plan's training GPUs

@@ -190,3 +190,21 @@ def test_the_training_gpus_are_placed_alike() -> None:
     inst = (RolloutInstance(0, 2, 0, node=0, first_gpu=0), RolloutInstance(1, 2, 0, node=0, first_gpu=4))
     assert train_gpu_ids(16, 6, False, inst, 8) == (2, 3, 6, 7, 8, 9)
     assert train_gpu_ids(16, 4, True, inst, 8) == (0, 1, 2, 3)
+
+
+def test_a_move_from_time_shared_to_an_async_split_is_priced_as_the_replay_charges_it(ev8: CostEvaluator) -> None:
+    """From a time-shared plan the planner priced every move as free (its engines reload between
+    stages anyway). Libra's time-shared step now trains on a following async split's training
+    GPUs (``LibraPolicy.training_plan``) and the split's rollout starts at once: its engines that
+    none of the time-shared plan's ran start first, in the planner's price and the replay's alike."""
+    cluster = ClusterSpec(16, "h100", "qwen3-8b")
+    shared = _plan(16, 16, 4, TrainConfig(tp=2, pp=1, dp=8, zero_stage=3), colocated=True)
+    split = _plan(16, 4, 2, TrainConfig(tp=2, pp=1, dp=6, zero_stage=3))
+    sc = StepCosts(ev8)
+    start = sc.engine_start_s(2)
+    assert start > 0
+    assert transition_s(ev8, cluster, shared, split.n_train_gpus, split.train, split.instances, "async") == pytest.approx(start)
+    assert transition_s(ev8, cluster, shared, split.n_train_gpus, split.train, split.instances, "sync") == 0.0
+    # an async split on the time-shared engines' own GPUs and TP starts no engine
+    kept = _plan(16, 4, 4, TrainConfig(tp=2, pp=1, dp=6, zero_stage=3))
+    assert transition_s(ev8, cluster, shared, kept.n_train_gpus, kept.train, kept.instances, "async") == 0.0

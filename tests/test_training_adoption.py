@@ -63,3 +63,57 @@ def test_a_policy_without_the_hook_trains_every_step_under_its_own_plan() -> Non
     steps = [make_step(s, 48, seed=3) for s in range(4)]
     res = Simulator(steps, Plain(adopts=True), CLUSTER, fake_costs(), SimConfig(noise_sigma=0.0, mode="async", max_staleness=1)).run()
     assert [m.n_train_gpus for m in res.steps] == [8, 8, 12, 12]
+
+
+def _shared_then_split(adopts: bool) -> tuple[Any, Simulator]:
+    """Step 0 time-shared on all 16 GPUs (4 TP-4 engines), then an async split (MOVED: 2 TP-2
+    engines on 4 rollout GPUs, 12 training) from step 1 on, at K = 1."""
+    import dataclasses
+
+    shared = dataclasses.replace(simple_plan(n_inst=4, tp=4, train_gpus=16), n_rollout_gpus=16, colocated=True)
+    split = dataclasses.replace(MOVED, mode="async", max_staleness=1)
+
+    class SharedThenSplit(Moves):
+        def plan(self, cluster: Any, history: Any, prompt_tokens: Any) -> Plan:
+            self.histories.append(len(history))
+            return shared if len(self.histories) == 1 else split
+
+    steps = [make_step(s, 48, seed=3) for s in range(4)]
+    sim = Simulator(steps, SharedThenSplit(adopts), CLUSTER, fake_costs(), SimConfig(noise_sigma=0.0, max_staleness=1))
+    return sim.run(), sim
+
+
+def test_a_time_shared_training_moves_onto_the_next_async_split_and_its_rollout_does_not_wait() -> None:
+    """ToRA GSM8K on 34 A100 (K=1) launched time-shared and moved to a split at step 1, whose
+    rollout waited for step 0's time-shared training and both engine switches (0.771x,
+    held_out_43, SIMULATED). Now step 0 trains on the split's 12 training GPUs, as a split's
+    training (no switch back), while step 1's rollout starts on the other 4 once its engines
+    (TP 2 where the time-shared ones ran TP 4) have started."""
+    kept, kept_sim = _shared_then_split(adopts=False)
+    res, sim = _shared_then_split(adopts=True)
+    assert [m.n_train_gpus for m in kept.steps] == [16, 12, 12, 12]
+    assert [m.n_train_gpus for m in res.steps] == [12, 12, 12, 12]
+    assert res.completed == res.expected and kept.completed == kept.expected
+    assert all(o is None for o in sim.ledger.owner)
+    train0_end = res.steps[0].train_start_s + res.steps[0].train_s
+    assert res.steps[1].rollout_start_s < train0_end  # step 1's rollout overlaps step 0's training
+    assert kept.steps[1].rollout_start_s < kept.steps[0].step_end_s  # seated early, but it waited for the GPUs:
+    assert res.steps[1].rollout_makespan_s < kept.steps[1].rollout_makespan_s
+    # step 1's new engines start once (the engine start of a TP-2 instance), charged to it
+    assert res.steps[1].transition_s == sim.costs.step.engine_start_s(2) > 0.0
+    assert res.steps[0].switch_s > 0.0  # the time-shared engines on the training GPUs sleep first
+    assert res.wall_s < kept.wall_s
+
+
+def test_libra_moves_a_time_shared_training_only_onto_an_async_split() -> None:
+    import dataclasses
+
+    from libra.policies.registry import resolve
+
+    pol = resolve("libra", ClusterSpec(16, "a800", "qwen3-8b"), max_staleness=1)
+    shared = dataclasses.replace(simple_plan(n_inst=8, tp=2, train_gpus=16), n_rollout_gpus=16, colocated=True)
+    async_split = dataclasses.replace(MOVED, mode="async", max_staleness=1)
+    sync_split = dataclasses.replace(MOVED, mode="sync")
+    assert pol.training_plan(shared, async_split) is async_split
+    assert pol.training_plan(shared, sync_split) is shared
+    assert pol.training_plan(async_split, shared) is async_split

@@ -239,6 +239,15 @@ class StepCosts:
             v = self._memo[key] = float(self.ev.role_change_s("rollout", rollout_tp, self.strategy(cfg), True))
         return v
 
+    def engine_start_s(self, rollout_tp: int) -> float:
+        """A GPU that holds no training state starting a TP-``rollout_tp`` engine: it loads the
+        weights (an instance of a new plan that no instance of the old one ran)."""
+        key = ("engine", rollout_tp)
+        v = self._memo.get(key)
+        if v is None:
+            v = self._memo[key] = float(self.ev.role_change_s("rollout", rollout_tp, None, False))
+        return v
+
     def round_trip_s(self, cfg: TrainConfig, rollout_tp: int) -> float:
         """Lending a GPU now and getting it back for the next step."""
         return self.lend_s(cfg, rollout_tp) + self.return_s(cfg, rollout_tp)
@@ -276,8 +285,23 @@ class StepCosts:
             old_train = set(train_gpu_ids(span, current.n_train_gpus, False, current.instances, self.gpus_per_node))
             trained = any(g in old_train for i in instances if i.id in moved
                           for g in instance_gpus(i.node, i.first_gpu, i.tp, self.gpus_per_node))
-            to_rollout = self.return_s(current.train, rtp) if trained else float(self.ev.role_change_s("rollout", rtp, None, False))
+            to_rollout = self.return_s(current.train, rtp) if trained else self.engine_start_s(rtp)
         return Transition(to_train, to_rollout, train_changed, moved)
+
+    def shared_to_async(self, current: Plan, instances: Sequence[RolloutInstance]) -> Transition:
+        """The rollout side of an async split that follows the time-shared plan ``current``
+        when that plan's last training moves onto the split's training GPUs
+        (``Policy.training_plan``): the split's rollout starts at once on its GPUs, no engine
+        switch back in between, and every instance that none of ``current``'s engines ran
+        (same GPUs and TP) starts its engine first (``engine_start_s``, at the largest such TP;
+        its GPUs held no training state). The training side trains the split's layout, priced
+        with the training (``libra.planner.settle``), so ``to_train_s`` is 0."""
+        old = {(i.node, i.first_gpu, i.tp) for i in current.instances}
+        moved = frozenset(i.id for i in instances if (i.node, i.first_gpu, i.tp) not in old)
+        if not moved:
+            return Transition()
+        rtp = max(i.tp for i in instances if i.id in moved)
+        return Transition(0.0, self.engine_start_s(rtp), False, moved)
 
     # ---- KV migration -----------------------------------------------------------------------------
     def kv_migration_s(self, tokens: int, tp_src: int, tp_dst: int, same_node: bool) -> float:

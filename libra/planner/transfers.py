@@ -63,9 +63,15 @@ def transition_s(
     log's trainings run a small fraction of it. Charging the prior's 427 s where the step
     trained in 24 s priced the move off a first 8:40 split at 142 s a step, and Libra kept it a
     step longer (held_out_32 bfcl-gptoss/h200-48-l70b/K1, SIMULATED).
+
+    From a time-shared plan to an async split: the engine starts of the split's new instances
+    (``StepCosts.shared_to_async``), as the simulator charges them when the time-shared step's
+    training moves onto the split's training GPUs (``Simulator._adopt``).
     """
     if current is None:
         return 0.0
+    if current.colocated and mode == "async":  # the time-shared training moves onto the split's GPUs
+        return _costs(ev, cluster).shared_to_async(current, instances).total_s
     cost = _costs(ev, cluster).transition(current, n_train, train, instances).total_s
     wait = float(current.predicted_train_s) if in_force_train_s is None else float(in_force_train_s)
     if mode == "async" and not current.colocated and n_train < current.n_train_gpus and np.isfinite(wait):

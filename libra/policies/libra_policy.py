@@ -280,8 +280,21 @@ class LibraPolicy:
         40 A800 (Llama-3.1-8B, K=1) ran its first two steps on the prior's 24:16, moved to 12:28
         at step 2, and trained step 1 on 16 GPUs in 17.5 s while the 12 GPUs the move gave
         training sat free (0.906x of areal-static-optimal, held_out_31, SIMULATED). A move
-        towards rollout is not taken early: the rollout holds those GPUs."""
-        if plan.colocated or latest.colocated or latest.n_train_gpus < plan.n_train_gpus:
+        towards rollout is not taken early: the rollout holds those GPUs.
+
+        A time-shared step's training moves to a later async split's training GPUs too: its
+        rollout has ended, so every GPU is free, and the next rollout, already planned on the
+        split's rollout GPUs, can start while it trains, where the time-shared training would
+        hold them until it and both engine switches are done. ToRA GSM8K on 34 A100 (Qwen3-32B,
+        K=1) launched time-shared and moved to 10:24 at step 1, whose rollout then waited 27 s
+        for step 0's time-shared training and switches (0.771x of areal-static-optimal,
+        held_out_43, SIMULATED). Not towards a sync split: its rollout waits for this step's
+        weights anyway, and on fewer GPUs the training only takes longer."""
+        if latest.colocated:
+            return plan
+        if plan.colocated:
+            return latest if latest.mode == "async" else plan
+        if latest.n_train_gpus < plan.n_train_gpus:
             return plan
         return latest
 
