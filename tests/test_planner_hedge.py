@@ -17,7 +17,7 @@ import pytest
 from libra.cluster import ClusterSpec
 from libra.planner.costs import make_evaluator
 from libra.planner.plan import same_layout
-from libra.planner.search import Planner, SearchOptions, known_kind, loop_class, prices_by_train_gpus, prior_scenarios
+from libra.planner.search import Planner, SearchOptions, SearchResult, known_kind, loop_class, prices_by_train_gpus, prior_scenarios
 from libra.planner.stats import PriorSpec
 
 PROMPTS = np.full(128, 50, np.int64)  # short ReAct task statements, one run per prompt
@@ -26,6 +26,14 @@ PROMPTS = np.full(128, 50, np.int64)  # short ReAct task statements, one run per
 def _planner(workload: str | None, hedge: bool, k: int = 1) -> Planner:
     cl = ClusterSpec(16, "a100", "qwen3-14b", workload=workload)
     return Planner(cl, make_evaluator(cl), SearchOptions(max_staleness=k, hedge_unknown_kind=hedge))
+
+
+@pytest.fixture(scope="module")
+def hedged_agent() -> tuple[Planner, SearchResult]:
+    """The undeclared kind's hedged K=1 launch on 16 A100 / Qwen3-14B, searched once for the
+    tests that read it (each search prices every class in every prior scenario)."""
+    planner = _planner("agent", hedge=True)
+    return planner, planner.search([], PROMPTS)
 
 
 def test_an_undeclared_kind_is_hedged_over_every_known_kind() -> None:
@@ -43,17 +51,17 @@ def test_an_undeclared_kind_is_hedged_over_every_known_kind() -> None:
     assert {(s.workload, s.stretch) for s in scenarios} == {(k, f) for k in kinds[:4] for f in (1.0, *short)}
 
 
-def test_the_first_step_of_a_react_log_is_not_planned_time_shared_from_the_swe_prior() -> None:
+def test_the_first_step_of_a_react_log_is_not_planned_time_shared_from_the_swe_prior(hedged_agent: tuple[Planner, SearchResult]) -> None:
     """The SWE-like default alone planned this step time-shared (the held_out_3 loss). Since the
     prior resolves its tail quantiles (``PRIOR_POOL``) it no longer does on its own here; the
     hedge must still pick the async split, whose worst-case regret is below time-shared's."""
-    after = _planner("agent", hedge=True).search([], PROMPTS)
+    after = hedged_agent[1]
     assert not after.best.colocated and after.best.mode == "async"
     assert after.hedge["async"] < after.hedge["time-shared"]
 
 
-def test_the_hedged_class_has_the_least_worst_case_regret() -> None:
-    res = _planner("agent", hedge=True).search([], PROMPTS)
+def test_the_hedged_class_has_the_least_worst_case_regret(hedged_agent: tuple[Planner, SearchResult]) -> None:
+    res = hedged_agent[1]
     assert {"time-shared", "sync", "async"} <= set(res.hedge)  # every class priced in every scenario (no cut)
     assert res.hedge[loop_class(res.best)] == pytest.approx(min(res.hedge.values()))
     assert res.hedge[loop_class(res.best)] < res.hedge["time-shared"]
@@ -132,17 +140,17 @@ def test_an_undeclared_kind_launches_a_layout_sized_for_the_short_scenarios() ->
     assert second.n_train_gpus == first.n_train_gpus and same_layout(second.train, first.train)
 
 
-def test_the_launch_layout_is_also_priced_on_steps_shorter_than_every_prior() -> None:
+def test_the_launch_layout_is_also_priced_on_steps_shorter_than_every_prior(hedged_agent: tuple[Planner, SearchResult]) -> None:
     """Converted agent logs generate less than the shortest kind's prior stretched to 1/3, so the
     launch layout is also priced on every unstretched scenario stretched to ``LAUNCH_STRETCH``
     (``Planner._launch_runs``); the loop class and the split are not (they moved AgentDojo's
     124K-token first step off time-sharing, 0.992 -> 0.942x, SIMULATED)."""
     from libra.planner.search import LAUNCH_STRETCH
 
-    planner = _planner("agent", hedge=True)
+    planner, res = hedged_agent
     spec = PriorSpec.of(planner.cluster)
     runs = [planner._search((), PROMPTS, None, s, bound=False) for s in prior_scenarios(spec)]
-    best = planner.search([], PROMPTS).best
+    best = res.best
     launch = planner._launch_runs(best, runs, PROMPTS, None)
     extra = launch[len(runs):]
     unstretched = [r for r in runs if r.stats_spec is not None and r.stats_spec.stretch == 1.0]
@@ -151,7 +159,7 @@ def test_the_launch_layout_is_also_priced_on_steps_shorter_than_every_prior() ->
     # shorter steps: each extra scenario trains fewer tokens than its unstretched one
     assert all(planner.train_shape(e.stats)[0] < planner.train_shape(u.stats)[0] for e, u in zip(extra, unstretched))
     # no launch (a plan in force): the scenarios as they are
-    assert planner._launch_runs(best, runs, PROMPTS, planner.to_plan(planner.search([], PROMPTS))) == runs
+    assert planner._launch_runs(best, runs, PROMPTS, planner.to_plan(res)) == runs
 
 
 def test_a_short_log_s_first_step_is_not_streamed_in_the_long_prior_s_layout() -> None:
@@ -184,8 +192,7 @@ def test_a_plan_asked_for_before_any_rollout_finished_keeps_the_launch_plan() ->
     now keeps the plan in force until a step has been measured."""
     from libra.planner.search import Replanner
 
-    cl = ClusterSpec(64, "a800", "qwen3-30b-a3b", workload="agent")
-    rp = Replanner(Planner(cl, make_evaluator(cl), SearchOptions(max_staleness=1, hedge_unknown_kind=True)))
+    rp = Replanner(_planner("agent", hedge=True))  # the rule is the Replanner's, on any cluster
     first = rp.plan([], PROMPTS)
     second = rp.plan([], PROMPTS)
     assert first.notes["from_prior"] and first.notes["replanned"]
