@@ -98,48 +98,63 @@ def test_the_priors_one_step_and_async_cycle_tails_stand_for_the_same_quantiles(
         assert np.allclose(cycle.tail_decode_tokens, one.tail_decode_tokens), u
 
 
-def test_a_launch_the_prior_fits_only_on_an_extreme_split_is_planned_at_a_shorter_assumed_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+#: half of InterCode SQL's about 1,400 runs of short prompts a step (CI time), on 36 H100 with
+#: Qwen3-32B, where only 32 training GPUs hold the default prior's 65,536-token sequences
+EXTREME_PROMPTS = np.full(700, 700, np.int64)
+EXTREME_CLUSTER = ClusterSpec(36, "h100", "qwen3-32b", workload="agent")
+
+
+def test_a_launch_the_prior_fits_only_on_an_extreme_split_is_time_shared_on_the_gpus_that_hold_it() -> None:
     """On 36 H100 with Qwen3-32B only 32 training GPUs hold the default prior's 65,536-token
     sequences, so every split the prior allows rolls out on 4 GPUs, and the hedge launched that at
     a worst-case regret near 3 over the prior scenarios: InterCode SQL's short runs ran 0.435x of
-    the time-shared baseline at K=1 (held_out_35 intercode-sql/h100-36-32b/K1, SIMULATED). The
-    policy plans such a launch again at shorter assumed caps and takes the first within
-    ``HEDGE_REGRET_CAP``; a launch the prior fits on a reasonable split is left as it is."""
+    the time-shared baseline at K=1 (held_out_35 intercode-sql/h100-36-32b/K1, SIMULATED). Since
+    session 31 a time-shared plan may train on fewer GPUs than it rolls out on
+    (``Planner._colocated_train``): here on the 32 that hold the prior, which every scenario prices
+    within the cap, so this launch needs no shorter cap at all. (The three parts of this check are
+    three tests so that they run side by side: CI time.)"""
     from libra.planner.assumed_cap import HEDGE_REGRET_CAP
+    from libra.policies.options import PolicyOptions
+
+    policy = POLICIES["libra"](EXTREME_CLUSTER, PolicyOptions(max_staleness=1))
+    direct = policy.planner.plan([], EXTREME_PROMPTS)
+    assert direct.colocated and direct.n_rollout_gpus == 36 and direct.n_train_gpus == 32
+    assert direct.notes["hedge_regret"] <= HEDGE_REGRET_CAP
+    assert "assumed_max_context" not in policy.plan(EXTREME_CLUSTER, [], EXTREME_PROMPTS).notes
+
+
+def test_a_launch_the_prior_fits_on_a_reasonable_split_is_left_as_it_is() -> None:
+    from libra.planner.assumed_cap import HEDGE_REGRET_CAP
+    from libra.policies.options import PolicyOptions
+
+    roomy = ClusterSpec(28, "b200", "qwen3-14b", workload="agent")
+    policy = POLICIES["libra"](roomy, PolicyOptions(max_staleness=1))
+    alone = policy.planner.plan([], EXTREME_PROMPTS)
+    plan = policy.plan(roomy, [], EXTREME_PROMPTS)
+    assert alone.notes["hedge_regret"] <= HEDGE_REGRET_CAP and "assumed_max_context" not in plan.notes
+    assert (plan.n_rollout_gpus, plan.n_train_gpus, plan.mode) == (alone.n_rollout_gpus, alone.n_train_gpus, alone.mode)
+
+
+def test_a_launch_the_prior_fits_only_on_an_extreme_split_is_planned_at_a_shorter_assumed_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a time-shared plan must train on every GPU (a framework's colocated mode), the launch
+    on 36 H100 / Qwen3-32B is the extreme 4:32 split again, and the policy plans it again at
+    shorter assumed caps and takes the first within ``HEDGE_REGRET_CAP``; checked at the cap this
+    test was written for, 1.5 (CI time: at 1.25 the 32K launch's 1.43 is over it, and every
+    shorter cap is searched too, four hedged launch searches of 700 prompts)."""
     from libra.policies.options import PolicyOptions
 
     import dataclasses
 
-    prompts = np.full(700, 700, np.int64)  # half of InterCode SQL's about 1,400 runs of short prompts a step (CI time)
-    cl = ClusterSpec(36, "h100", "qwen3-32b", workload="agent")
-    policy = POLICIES["libra"](cl, PolicyOptions(max_staleness=1))
-    # since session 31 a time-shared plan may train on fewer GPUs than it rolls out on
-    # (``Planner._colocated_train``): here on the 32 that hold the prior, which every scenario
-    # prices within the cap, so this launch needs no shorter cap at all
-    direct = policy.planner.plan([], prompts)
-    assert direct.colocated and direct.n_rollout_gpus == 36 and direct.n_train_gpus == 32
-    assert direct.notes["hedge_regret"] <= HEDGE_REGRET_CAP and "assumed_max_context" not in policy.plan(cl, [], prompts).notes
-    # a launch the prior fits on a reasonable split is left as it is
-    roomy = ClusterSpec(28, "b200", "qwen3-14b", workload="agent")
-    policy = POLICIES["libra"](roomy, PolicyOptions(max_staleness=1))
-    alone = policy.planner.plan([], prompts)
-    plan = policy.plan(roomy, [], prompts)
-    assert alone.notes["hedge_regret"] <= HEDGE_REGRET_CAP and "assumed_max_context" not in plan.notes
-    assert (plan.n_rollout_gpus, plan.n_train_gpus, plan.mode) == (alone.n_rollout_gpus, alone.n_train_gpus, alone.mode)
-    # where a time-shared plan must train on every GPU (a framework's colocated mode), the launch
-    # is the extreme split again, and the shorter assumed caps are what bound its regret; at the
-    # cap this test was written for, 1.5 (CI time: at 1.25 the 32K launch's 1.43 is over it, and
-    # every shorter cap is searched too, four hedged launch searches of 700 prompts)
     import libra.planner.assumed_cap as assumed_cap
 
     monkeypatch.setattr(assumed_cap, "HEDGE_REGRET_CAP", 1.5)
     HEDGE_REGRET_CAP = assumed_cap.HEDGE_REGRET_CAP
-    policy = POLICIES["libra"](cl, PolicyOptions(max_staleness=1))
+    policy = POLICIES["libra"](EXTREME_CLUSTER, PolicyOptions(max_staleness=1))
     policy._options = dataclasses.replace(policy._options, colocated_subset=False)
-    policy._setup(cl)
-    alone = policy.planner.plan([], prompts)  # the policy's own planner, at the prior's 65,536 cap
+    policy._setup(EXTREME_CLUSTER)
+    alone = policy.planner.plan([], EXTREME_PROMPTS)  # the policy's own planner, at the prior's 65,536 cap
     assert alone.notes["hedge_regret"] > HEDGE_REGRET_CAP and alone.n_rollout_gpus == 4 and alone.n_train_gpus == 32
-    plan = policy.plan(cl, [], prompts)
+    plan = policy.plan(EXTREME_CLUSTER, [], EXTREME_PROMPTS)
     assert plan.notes["assumed_max_context"] in (32768, 16384, 8192, 4096)
     assert plan.notes["hedge_regret"] <= HEDGE_REGRET_CAP
     assert plan.colocated or plan.n_rollout_gpus > 4
