@@ -228,7 +228,6 @@ class Simulator:
         # a step's training has its GPUs decided (``_adopt`` ran): rollouts waiting on a
         # time-shared step's GPUs re-check which of them it trains on (``_acquire_after``)
         self._train_placed = [env.event() for _ in range(n)]
-        self._step_index = {s.step: j for j, s in enumerate(self.steps)}
         self._admitted: list[simpy.Event | None] = [None] * n  # shared engines: the step's trajectories all seated
         self._engines_of: list[Engines | None] = [None] * n
         self._history_idx: list[int] = []
@@ -369,7 +368,7 @@ class Simulator:
                     inst.ready_at = env.now + (trans.to_rollout_s if inst.id in trans.moved else 0.0)
                 start_s = shared.to_rollout_s if shared is not None and inst.id in shared.moved else 0.0
                 if ahead or delay > 0:
-                    env.process(self._acquire_after(waits, inst, ("rollout", step.step, inst.id), delay, deferred, start_s))
+                    env.process(self._acquire_after(waits, inst, ("rollout", step.step, inst.id), delay, deferred, start_s, j))
                 else:
                     ev = self.ledger.acquire(inst.gpus, ("rollout", step.step, inst.id))
                     ev.callbacks.append(lambda _e, inst=inst: inst.start())
@@ -410,20 +409,21 @@ class Simulator:
                 and getattr(self.policy, "training_plan", None) is not None)
 
     def _acquire_after(self, waits: list[simpy.Event], inst: Instance, owner: tuple[str, int, int],
-                       delay_s: float = 0.0, deferred: Sequence[int] = (), start_s: float = 0.0) -> Generator[Any, Any, None]:
+                       delay_s: float = 0.0, deferred: Sequence[int] = (), start_s: float = 0.0,
+                       j: int = 0) -> Generator[Any, Any, None]:
         """Book ``inst``'s GPUs once the earlier trainings in ``waits`` are done, keep them
         ``delay_s`` for a plan transition (the instance loads its weights), then start it.
         ``deferred``: earlier time-shared steps whose training may move to a later split's
         training GPUs (``_may_move_training``); once each is placed, ``inst`` waits for it only
         if it still trains on one of ``inst``'s GPUs, and when one moved, ``inst`` first starts
-        its engine (``start_s``: ``StepCosts.shared_to_async``; no engine switch back woke it)."""
+        its engine (``start_s``: ``StepCosts.shared_to_async``; no engine switch back woke it),
+        charged to step ``j``'s transition."""
         if deferred:
             yield self.env.all_of([self._train_placed[i] for i in deferred])
             waits = list(waits) + [self.synced[i] for i in deferred if self._train_gpu_sets[i].intersection(inst.gpus)]
             if start_s > 0 and any(self._train_split[i] is not None for i in deferred):
                 start = start_s * self.noise_xfer.factor()
                 delay_s += start
-                j = self._step_index[owner[1]]
                 self._charged[j][0] = max(self._charged[j][0], start)  # instances start in parallel: one's time
         if waits:
             yield self.env.all_of(waits)

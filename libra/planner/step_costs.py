@@ -60,6 +60,13 @@ class Transition:
         return (self.to_train_s if self.train_changed else 0.0) + (self.to_rollout_s if self.moved else 0.0)
 
 
+def new_instances(current: Plan, instances: Sequence[RolloutInstance]) -> frozenset[int]:
+    """Ids of the ``instances`` that no instance of ``current`` ran on the same GPUs at the same
+    TP: the ones that load their weights before serving."""
+    old = {(i.node, i.first_gpu, i.tp) for i in current.instances}
+    return frozenset(i.id for i in instances if (i.node, i.first_gpu, i.tp) not in old)
+
+
 def train_gpu_ids(n_gpus: int, n_train: int, colocated: bool, instances: Sequence[RolloutInstance], gpus_per_node: int) -> tuple[int, ...]:
     """The GPUs a plan trains on: the first ``n_train`` (colocated), else the first ``n_train``
     GPUs no rollout instance uses. The simulator books exactly these; the planner prices the
@@ -275,8 +282,7 @@ class StepCosts:
         if current is None or current.colocated:
             return Transition()
         train_changed = n_train != current.n_train_gpus or not same_layout(train, current.train)
-        old = {(i.node, i.first_gpu, i.tp) for i in current.instances}
-        moved = frozenset(i.id for i in instances if (i.node, i.first_gpu, i.tp) not in old)
+        moved = new_instances(current, instances)
         to_train = self.lend_s(train, 1) if train_changed else 0.0
         to_rollout = 0.0
         if moved:
@@ -296,8 +302,7 @@ class StepCosts:
         (same GPUs and TP) starts its engine first (``engine_start_s``, at the largest such TP;
         its GPUs held no training state). The training side trains the split's layout, priced
         with the training (``libra.planner.settle``), so ``to_train_s`` is 0."""
-        old = {(i.node, i.first_gpu, i.tp) for i in current.instances}
-        moved = frozenset(i.id for i in instances if (i.node, i.first_gpu, i.tp) not in old)
+        moved = new_instances(current, instances)
         if not moved:
             return Transition()
         rtp = max(i.tp for i in instances if i.id in moved)
