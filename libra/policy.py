@@ -55,11 +55,13 @@ class Policy(Protocol):
     # streamed one), with that batch and every step whose rollout is over (``batch`` among them),
     # and run the strategy it returns: the plan's layout with the micro-batch and recompute set
     # for the batch (``libra.planner.settle``). Without it the plan's strategy runs.
-    # Optional: ``streamed_knobs(plan, longest: int) -> TrainConfig | None``. Backends call it when
-    # a streamed step (trained as its groups complete, so never settled) brings a sequence of
-    # ``longest`` tokens its plan's strategy cannot hold; it returns that layout at a micro-batch
-    # that holds it (a trainer forming micro-batches by a token budget), or None (the step cannot
-    # train: a real trainer runs out of memory). Without it such a step fails.
+    # Optional: ``streamed_knobs(plan, longest: int, seen: Sequence[StepArrays]) -> TrainConfig |
+    # None``. Backends call it when a streamed step (trained as its groups complete, so never
+    # settled) brings a sequence of ``longest`` tokens its plan's strategy cannot hold, with every
+    # step whose rollout is over; it returns that layout at a micro-batch that holds it (a trainer
+    # forming micro-batches by a token budget), or another layout on the same training GPUs (the
+    # backend charges the re-shard), or None (the step cannot train: a real trainer runs out of
+    # memory). Without it such a step fails.
     # Optional: ``oversized_training(plan, batch: StepArrays, seen: Sequence[StepArrays]) ->
     # TrainConfig | None``. Backends call it when a complete (unstreamed) batch of a split plan
     # brings a sequence no strategy on the plan's training GPUs holds (after ``settle_training``);

@@ -494,10 +494,12 @@ class Simulator:
         streamed_knobs = getattr(self.policy, "streamed_knobs", None)
         if job.feed is not None and streamed_knobs is not None and self.cfg.train_memory_check and not self._holds(plan.train, step):
             # a streamed step brought a sequence its plan's knobs cannot hold: the trainer forms
-            # smaller micro-batches for it (``Policy.streamed_knobs``), charged here for every
-            # mini-batch of the step, never less than per-mini-batch knobs would cost
-            cfg = streamed_knobs(plan, int(step.total_tokens.max()))
-            if cfg is not None and same_layout(cfg, plan.train) and cfg.n_gpus == plan.train.n_gpus:
+            # smaller micro-batches for it, or re-shards onto another layout of the same GPUs
+            # (``Policy.streamed_knobs``), charged here for every mini-batch of the step, never
+            # less than per-mini-batch knobs would cost; a new layout's re-shard is the layout
+            # change charged below
+            cfg = streamed_knobs(plan, int(step.total_tokens.max()), tuple(self.history))
+            if cfg is not None and cfg.n_gpus == plan.train.n_gpus and self._holds(cfg, step):
                 job.settle(cfg)
                 plan = dataclasses.replace(plan, train=cfg)
         extra: tuple[int, ...] = ()  # GPUs taken from rollout for a batch the plan's cannot hold

@@ -146,15 +146,18 @@ def _mb_sized(tree: DecisionTree, long_step: Any) -> TrainConfig:
 
 class Streamed(FixedPolicy):
     """A fixed streamed split that does, or does not, shrink a streamed step's micro-batch for a
-    sequence its plan's cannot hold (``Policy.streamed_knobs``)."""
+    sequence its plan's cannot hold (``Policy.streamed_knobs``), and with ``relays`` re-shards it
+    onto another layout of the same GPUs when no knob of its layout holds the sequence."""
 
-    def __init__(self, plan: Plan, shrinks: bool) -> None:
+    def __init__(self, plan: Plan, shrinks: bool, relays: bool = False) -> None:
         super().__init__(plan)
         self.tree = DecisionTree(StepCosts(CostEvaluator(GPU, MODEL), 8), 8)
-        if shrinks:
-            from libra.planner.settle import streamed_micro_batch
+        from libra.planner.settle import streamed_micro_batch, streamed_relayout
 
-            self.streamed_knobs = lambda plan, longest: streamed_micro_batch(self.tree, plan.train, longest)
+        if relays:
+            self.streamed_knobs = lambda plan, longest, seen=(): streamed_relayout(self.tree, plan.train, longest, seen)
+        elif shrinks:
+            self.streamed_knobs = lambda plan, longest, seen=(): streamed_micro_batch(self.tree, plan.train, longest)
 
 
 def test_a_streamed_step_trains_a_longer_sequence_in_smaller_micro_batches(tree: DecisionTree) -> None:
@@ -216,6 +219,33 @@ def test_a_streamed_step_no_micro_batch_holds_trains_with_recompute(tree: Decisi
                     SimConfig(noise_sigma=0.0, streaming=True)).run()
     assert res.completed == res.expected
     assert res.steps[1].transition_s == 0.0  # the same layout: no re-shard
+
+
+def test_a_streamed_step_no_knob_of_its_layout_holds_re_shards_onto_its_gpus(tree: DecisionTree) -> None:
+    """held_out_44: COPRA on 42 H100 / Qwen3-32B (K=0) brought a 45,943-token sequence at streamed
+    step 1 that its plan's TP 2 x DP 16 held at no micro-batch, even with recompute, and Libra's run
+    stopped where verl-colocated ran; TP 4 x DP 8 on the same 32 GPUs holds it. The trainer
+    re-shards onto the fastest layout of its GPUs that holds the sequence, and the re-shard is
+    charged (``libra.planner.settle.streamed_relayout``)."""
+    from libra.planner.settle import streamed_micro_batch, streamed_relayout
+
+    steps = [make_step(0, 16, seed=5), _long_step(1)]
+    longest = int(steps[1].total_tokens.max())
+    small = _short_sized(tree, steps[1])
+    assert streamed_micro_batch(tree, small, longest) is None  # no knob of its layout holds it
+    got = streamed_relayout(tree, small, longest, steps[:1])
+    assert got is not None and got.n_gpus == small.n_gpus and not same_layout(got, small)
+    assert memory_report(tree.ev, got, longest).fits
+    assert streamed_relayout(tree, small, 512, steps[:1]) == small  # a sequence it holds keeps its strategy
+    plan = replace(_plan(small), streaming=True)
+    ev = CostEvaluator(GPU, MODEL)
+    run = lambda relays: Simulator(steps, Streamed(plan, True, relays), ClusterSpec(2 * N, GPU, MODEL), SimCosts(ev),  # noqa: E731
+                                   SimConfig(noise_sigma=0.0, streaming=True)).run()
+    with pytest.raises(SimulationError, match=r"cannot train step 1: its longest sequence .* does not fit in memory"):
+        run(False)
+    res = run(True)
+    assert res.completed == res.expected
+    assert res.steps[1].transition_s == pytest.approx(StepCosts(ev, 8).lend_s(got, 1))  # the re-shard, charged
 
 
 class Outgrows(FixedPolicy):

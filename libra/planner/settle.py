@@ -129,6 +129,35 @@ def streamed_micro_batch(tree: DecisionTree, train: TrainConfig, longest: int, m
     return None
 
 
+def streamed_relayout(tree: DecisionTree, train: TrainConfig, longest: int, seen: Sequence[StepArrays],
+                      micro_batch: int | None = None) -> TrainConfig | None:
+    """The strategy a streamed step trains with when it brings a ``longest``-token sequence:
+    ``streamed_micro_batch`` (the plan's layout, smaller micro-batches or recompute: no re-shard)
+    when that holds it, else the fastest other layout on the plan's training GPUs that holds it,
+    ranked on the shape of the last complete step of ``seen`` (the batch still streams, so its own
+    shape is not known yet); None when no strategy on those GPUs holds it.
+
+    Why: a streamed step starts training before its batch is complete, so its layout was sized
+    for the sequences seen before. COPRA on 42 H100 / Qwen3-32B (K=0) brought a 45,943-token
+    sequence at step 1 that its plan's TP 2 x DP 16 (ZeRO-3) held at no micro-batch even with
+    recompute (81.8 GB of 80 GB), and the run stopped where verl-colocated ran; TP 4 x DP 8 on the
+    same 32 GPUs holds it in 68.1 GB (held_out_44, SIMULATED). A real trainer stops at the
+    mini-batch boundary (an optimizer step has just run, so only weights and optimizer state
+    move), re-shards onto the layout that holds the sequence and trains on: the backend charges
+    that re-shard as any layout change (``StepCosts.lend_s``), and the step's training at the new
+    layout. The next plan sees the sequence and sizes its layout for it."""
+    same = streamed_micro_batch(tree, train, longest, micro_batch)
+    if same is not None:
+        return same
+    last = seen[-1] if seen else None
+    if last is not None and last.n:
+        tokens, seq = max(1, int(last.total_tokens.sum())), max(1, int(round(float(last.total_tokens.mean()))))
+    else:
+        tokens, seq = max(1, int(longest)), max(1, int(longest))
+    ranked = holding_strategies(tree, train.n_gpus, tokens, seq, (memory_grain(max(int(longest), 1)),), micro_batch)
+    return ranked[0][1] if ranked else None
+
+
 def memory_relayout(tree: DecisionTree, train: TrainConfig, longest: int, tokens: int, seq: int, memory: int,
                     micro_batch: int | None = None) -> TrainConfig:
     """A strategy on ``train``'s GPUs for a batch whose ``longest`` sequence ``train``'s layout

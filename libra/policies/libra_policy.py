@@ -47,7 +47,7 @@ from libra.planner.plan import Plan, TrainConfig, same_layout
 from libra.planner.search import Planner, Replanner, SearchOptions, declared_context
 from libra.planner.transfers import weight_sync_s
 from libra.planner.pipeline import pipeline_run_s
-from libra.planner.settle import first_layout, outgrown_training, settle_training, streamed_micro_batch
+from libra.planner.settle import first_layout, outgrown_training, settle_training, streamed_relayout
 from libra.policies.options import PolicyOptions, options_for
 from libra.pool.base import PoolPolicy
 from libra.pool.elastic import ElasticPool
@@ -205,14 +205,15 @@ class LibraPolicy:
         cls = NoMigrationScheduler if self.router == "no-migration" else CMLFQScheduler
         return cls(plan, self._model_for(plan), ev=self._ev, table=self.planner.table)
 
-    def streamed_knobs(self, plan: Plan, longest: int) -> TrainConfig | None:
+    def streamed_knobs(self, plan: Plan, longest: int, seen: Sequence[StepArrays] = ()) -> TrainConfig | None:
         """The strategy a streamed step of ``plan`` trains a mini-batch holding a ``longest``-token
         sequence with: the plan's, or its layout at a smaller micro-batch that holds it (a
-        token-budget trainer's micro-batches), else with activation recompute
-        (``libra.planner.settle.streamed_micro_batch``); None when none does. A user's
-        micro-batch pin is kept (recompute only, then). The plan's own layout, as the backends
-        train a streamed step (nothing settles it)."""
-        return streamed_micro_batch(self.planner.tree, plan.train, longest, self.options.micro_batch)
+        token-budget trainer's micro-batches), else with activation recompute, else the fastest
+        other layout on the same training GPUs that holds it, ranked on the last complete step of
+        ``seen`` (a re-shard, charged by the backend; ``libra.planner.settle.streamed_relayout``);
+        None when none does. A user's micro-batch pin is kept where a strategy holding the
+        sequence allows it."""
+        return streamed_relayout(self.planner.tree, plan.train, longest, seen, self.options.micro_batch)
 
     def settle_training(self, plan: Plan, batch: StepArrays, seen: Sequence[StepArrays]) -> TrainConfig:
         """The micro-batch and recompute for ``batch``, the step about to train, within the
