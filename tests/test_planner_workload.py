@@ -105,6 +105,44 @@ def test_prior_is_deterministic_and_flagged() -> None:
     assert st.digest == compute_stats([], np.full(64, 1024)).digest
 
 
+def test_group_max_is_each_groups_largest_and_leaves_ungrouped_alone() -> None:
+    """``group_max`` (one scatter-max since session 36; a per-group loop was most of a hedged
+    launch's time) against the definition, on seeded steps with and without groups."""
+    import types
+
+    from libra.planner.stats import group_max
+
+    rng = np.random.default_rng(7)
+    for trial in range(50):
+        n = int(rng.integers(0, 40))
+        groups = tuple(None if rng.random() < 0.25 else f"g{int(rng.integers(0, 6))}" for _ in range(n))
+        values = rng.integers(0, 10_000, n) if trial % 2 else rng.random(n)
+        want = np.array(values, copy=True)
+        for g in {x for x in groups if x is not None}:
+            rows = [i for i, x in enumerate(groups) if x == g]
+            want[rows] = values[rows].max()
+        got = group_max(types.SimpleNamespace(groups=groups), values)  # type: ignore[arg-type]
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+        assert got is not values  # the caller's array is left as it was
+
+
+def test_a_kept_prior_digest_is_the_one_a_fresh_digest_gives() -> None:
+    """``compute_stats`` keeps the prior digests a hedged search asks for again: a second call
+    with equal arguments answers the same statistics, and any other argument (here the tail
+    quantile and the prompts) a digest of its own."""
+    from libra.planner import stats as st
+
+    prompts = np.full(48, 700)
+    st._PRIOR_STATS.clear()
+    fresh = compute_stats([], prompts, tail_quantile=0.5)
+    again = compute_stats([], prompts.copy(), tail_quantile=0.5)
+    assert again.digest == fresh.digest and np.array_equal(again.final_context, fresh.final_context)
+    assert compute_stats([], prompts, tail_quantile=0.9).digest != fresh.digest
+    assert compute_stats([], np.full(48, 300), tail_quantile=0.5).digest != fresh.digest
+    st._PRIOR_STATS.clear()
+    assert compute_stats([], prompts, tail_quantile=0.5).digest == fresh.digest  # recomputed, the same
+
+
 def test_drift_grows_with_length_shift() -> None:
     base = compute_stats([make_step(n=64, median=4000)], None)
     same = compute_stats([make_step(n=64, median=4000, seed=1)], None)
