@@ -32,8 +32,8 @@ def main() -> None:
 
     from libra.cluster import ClusterSpec
     from libra.planner.costs import make_evaluator
-    from libra.planner import stats
     from libra.planner.search import Planner, SearchOptions
+    from libra.planner.stats import clear_prior_digests
 
     prompts = np.full(256, 300, np.int64)  # 256 short task statements, no kind declared
     print(f"hedged launch plan (workload: agent, K={args.staleness}, 256 prompts of 300 tokens), one core")
@@ -44,7 +44,7 @@ def main() -> None:
         cpu, wall = [], []
         for _ in range(args.repeat):
             planner = Planner(cluster, ev, SearchOptions(max_staleness=args.staleness, mini_batches=4, run_steps=5))
-            getattr(stats, "_PRIOR_STATS", {}).clear()  # cold: no prior digest kept from the last repeat
+            clear_prior_digests()  # cold: no prior digest kept from the last repeat
             t0, c0 = time.perf_counter(), time.process_time()
             plan = planner.plan([], prompts)
             cpu.append(time.process_time() - c0)

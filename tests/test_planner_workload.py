@@ -130,16 +130,16 @@ def test_a_kept_prior_digest_is_the_one_a_fresh_digest_gives() -> None:
     """``compute_stats`` keeps the prior digests a hedged search asks for again: a second call
     with equal arguments answers the same statistics, and any other argument (here the tail
     quantile and the prompts) a digest of its own."""
-    from libra.planner import stats as st
+    from libra.planner.stats import clear_prior_digests
 
     prompts = np.full(48, 700)
-    st._PRIOR_STATS.clear()
+    clear_prior_digests()
     fresh = compute_stats([], prompts, tail_quantile=0.5)
     again = compute_stats([], prompts.copy(), tail_quantile=0.5)
     assert again.digest == fresh.digest and np.array_equal(again.final_context, fresh.final_context)
     assert compute_stats([], prompts, tail_quantile=0.9).digest != fresh.digest
     assert compute_stats([], np.full(48, 300), tail_quantile=0.5).digest != fresh.digest
-    st._PRIOR_STATS.clear()
+    clear_prior_digests()
     assert compute_stats([], prompts, tail_quantile=0.5).digest == fresh.digest  # recomputed, the same
 
 
