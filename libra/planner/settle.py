@@ -154,8 +154,9 @@ def streamed_relayout(tree: DecisionTree, train: TrainConfig, longest: int, seen
         tokens, seq = max(1, int(last.total_tokens.sum())), max(1, int(round(float(last.total_tokens.mean()))))
     else:
         tokens, seq = max(1, int(longest)), max(1, int(longest))
-    ranked = holding_strategies(tree, train.n_gpus, tokens, seq, (memory_grain(max(int(longest), 1)),), micro_batch)
-    return ranked[0][1] if ranked else None
+    # the complete batch's re-lay (``memory_relayout``), on the shape known while the batch streams
+    cfg = memory_relayout(tree, train, longest, tokens, seq, memory_grain(max(int(longest), 1)), micro_batch)
+    return cfg if fits_in_memory(tree.ev, cfg, longest) else None
 
 
 def memory_relayout(tree: DecisionTree, train: TrainConfig, longest: int, tokens: int, seq: int, memory: int,
