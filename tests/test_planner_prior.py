@@ -179,3 +179,52 @@ def test_a_short_k1_launch_costing_a_scenario_a_third_more_is_planned_at_a_short
     plan = policy.plan(cl, [], prompts)
     assert plan.notes["assumed_max_context"] in (32768, 16384, 8192, 4096)
     assert plan.notes["hedge_regret"] <= HEDGE_REGRET_CAP and plan.n_rollout_gpus > 6
+
+
+def test_an_assumed_cap_whose_launch_memory_forces_onto_one_split_gives_way_to_the_next_cap() -> None:
+    """``plan_at_assumed_caps`` with nothing fitting the prior: the first cap that fits is taken
+    unless its launch is a split that memory forced (one training GPU count holds that cap's
+    sequences, so its regret of 1.0 over scenarios that all price that split says nothing); then
+    the next shorter cap whose launch is not forced, else the first that fit. A time-shared
+    launch is never forced."""
+    from libra.planner.assumed_cap import forced_split, plan_at_assumed_caps
+
+    def plan_at(holding: dict[int, tuple[int, bool]]):  # cap -> (holding splits, time-shared)
+        def at(cap: int) -> tuple[int, int, bool]:
+            if cap not in holding:
+                raise UserError(f"nothing fits {cap}")
+            return (cap, *holding[cap])
+        return at
+
+    def forced(launch: tuple[int, int, bool]) -> bool:
+        return forced_split(launch[1], launch[2])
+
+    def regret(_: object) -> float:
+        return 1.0
+
+    assert plan_at_assumed_caps(plan_at({32768: (1, False), 16384: (3, False)}), regret, forced=forced) == ((16384, 3, False), 16384)
+    assert plan_at_assumed_caps(plan_at({32768: (1, False), 16384: (1, False), 8192: (2, False)}), regret,
+                                forced=forced) == ((8192, 2, False), 8192)
+    # every fitting cap forced: the first that fit; nothing after it fits: the same
+    assert plan_at_assumed_caps(plan_at({32768: (1, False), 16384: (1, False)}), regret, forced=forced) == ((32768, 1, False), 32768)
+    assert plan_at_assumed_caps(plan_at({32768: (1, False)}), regret, forced=forced) == ((32768, 1, False), 32768)
+    # a time-shared launch trains on every GPU: not forced, it stays
+    assert plan_at_assumed_caps(plan_at({32768: (1, True), 16384: (3, False)}), regret, forced=forced) == ((32768, 1, True), 32768)
+    assert plan_at_assumed_caps(plan_at({32768: (1, False), 16384: (3, False)}), regret) == ((32768, 1, False), 32768)
+    with pytest.raises(UserError, match="nothing fits 4096"):
+        plan_at_assumed_caps(plan_at({}), regret, forced=forced)
+
+
+def test_a_k1_launch_of_short_prompts_on_56_h100_llama_70b_is_not_forced_onto_one_engine() -> None:
+    """On 56 H100 with Llama-3.1-70B nothing fits the default prior's 65,536 tokens, and at an
+    assumed 32,768 only 48 training GPUs hold its sequences: every short log launched 8:48 at one
+    TP-8 engine where the hindsight split runs 16:40 or 24:32 (held_out_45: 15 K=1 log losses,
+    0.82x-0.95x, SIMULATED). That launch is forced by memory, so the next cap's is taken."""
+    from libra.policies.options import PolicyOptions
+
+    prompts = np.full(128, 30, np.int64)  # FireAct-like: 128 short prompts
+    cl = ClusterSpec(56, "h100", "llama-3.1-70b", workload="agent")
+    policy = POLICIES["libra"](cl, PolicyOptions(max_staleness=1, run_steps=5))
+    plan = policy.plan(cl, [], prompts)
+    assert plan.notes["assumed_max_context"] == 16384
+    assert not plan.colocated and plan.notes["holding_splits"] >= 2 and plan.n_rollout_gpus > 8

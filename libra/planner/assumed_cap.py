@@ -7,7 +7,11 @@ from ``ASSUMED_CAPS``:
 
 - nothing fits the prior (no incumbent): the first cap that fits is taken. A wrong guess then
   costs a re-plan after the first step, not a refusal (Qwen3-32B on 16 A800s was refused at
-  sequence 65,536 while verl-colocated, assuming 32,768, ran it);
+  sequence 65,536 while verl-colocated, assuming 32,768, ran it). Unless that cap's launch is a
+  split that memory forced (``forced``: one training GPU count holds the cap's sequences, so
+  there was no split to choose and the regret over the prior scenarios, which all price that one
+  split, is 1.0 and says nothing): then the next shorter cap whose launch is not forced is taken,
+  the forced one if none is;
 - the prior fits only a launch whose worst-case regret over the prior scenarios exceeds
   ``HEDGE_REGRET_CAP`` (``SearchResult.launch_regret``, ``Plan.notes["hedge_regret"]``): the
   first cap whose launch is within it is taken, else the one of least regret, the incumbent
@@ -48,16 +52,31 @@ T = TypeVar("T")
 
 
 def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], float],
-                         incumbent: T | None = None) -> tuple[T, int | None]:
+                         incumbent: T | None = None, forced: Callable[[T], bool] | None = None) -> tuple[T, int | None]:
     """The launch and the cap it assumed (None: ``incumbent``, at the prior's own cap).
 
     ``plan_at(cap)`` plans the first step with ``cap`` as the declared context limit (raising
     ``UserError`` when nothing fits it); ``regret_of`` reads a launch's worst-case regret over the
     prior scenarios (NaN or absent: 1.0). ``incumbent`` None: nothing fit the prior, and the first
-    cap that fits is taken; the last cap's error is raised when none does. Otherwise the first
-    cap whose launch is within ``HEDGE_REGRET_CAP``, else the launch of least regret,
-    ``incumbent`` included. The risk a shorter cap takes is the baselines' (verl-colocated assumes
-    32,768): a first-step run longer than the cap that the launched training GPUs cannot hold."""
+    cap that fits is taken, unless ``forced`` says its launch is a split memory forced (one
+    training GPU count holds that cap's sequences: ``Plan.notes["holding_splits"]``); then the
+    first shorter cap whose launch is not forced, else the first that fit; the last cap's error is
+    raised when none fits. Otherwise the first cap whose launch is within ``HEDGE_REGRET_CAP``,
+    else the launch of least regret, ``incumbent`` included. The risk a shorter cap takes is the
+    baselines' (verl-colocated assumes 32,768): a first-step run longer than the cap that the
+    launched training GPUs cannot hold, which a split then trains on more GPUs once
+    (``Policy.oversized_training``).
+
+    Why ``forced``: on 56 H100 with Llama-3.1-70B nothing fits the prior's 65,536 tokens, and at
+    32,768 only 48 training GPUs hold its sequences, so every short log launched 8:48 at one TP-8
+    engine (regret 1.0 over scenarios that all price that split) where the hindsight split runs
+    16:40 or 24:32 (held_out_45: 15 K=1 log losses on that cluster, 0.82x-0.95x, SIMULATED).
+    A time-shared launch at such a cap is not forced (it trains on every GPU) and stays. Only
+    where nothing fit the prior: a forced launch at the prior's own 65,536 tokens holds what long
+    logs bring, and moving it down a cap too (tried, seen on the same 69 rows) took DA-Code
+    0.853x -> 0.725x and tau2 telecom 0.952x -> 0.707x, their long steps then trained on more GPUs
+    (``oversized_training``)."""
+    first_fit: tuple[T, int] | None = None
     best, best_cap = incumbent, None
     best_regret = _regret(regret_of, incumbent) if incumbent is not None else float("inf")
     err: UserError | None = None
@@ -68,16 +87,29 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
             err = e
             continue
         if incumbent is None:
-            return cand, cap
+            if forced is None or not forced(cand):
+                return cand, cap
+            if first_fit is None:
+                first_fit = (cand, cap)
+            continue
         regret = _regret(regret_of, cand)
         if regret < best_regret:
             best, best_cap, best_regret = cand, cap, regret
         if regret <= HEDGE_REGRET_CAP:
             break
     if best is None:
+        if first_fit is not None:
+            return first_fit
         assert err is not None
         raise err
     return best, best_cap
+
+
+def forced_split(holding_splits: object, colocated: bool) -> bool:
+    """Whether a launch is a split that memory forced: its search found one training GPU count
+    that holds the sequences (``SearchResult.holding_splits``, ``Plan.notes["holding_splits"]``,
+    1) and it is not time-shared."""
+    return not colocated and holding_splits == 1
 
 
 def may_assume_cap(history: Sized, max_context: int | None) -> bool:

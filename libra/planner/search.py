@@ -642,6 +642,11 @@ class SearchResult:
     #: training GPU count and loop class priced in each, over that scenario's best plan; NaN: not
     #: hedged). The class regret (``hedge``) re-chooses the split per scenario; this one does not.
     launch_regret: float = float("nan")
+    #: a hedged first step: how many training GPU counts a split of the default prior's unbounded
+    #: search could run (its split candidates' distinct counts: those whose training holds the
+    #: memory length); 1 means the split was forced by memory, not chosen (``libra.planner.assumed_cap``,
+    #: ``Plan.notes["holding_splits"]``); -1: not counted
+    holding_splits: int = -1
 
 
 class Planner:
@@ -848,8 +853,11 @@ class Planner:
         prices = [{c: v for c, v in class_prices(r.candidates).items() if c != UNSETTLED_FIRST_STEP} for r in runs + short]
         classes = [c for c in prices[0] if all(c in p for p in prices)]
         nominal = runs[0]
+        # the training GPU counts a split could run at all here (unbounded search: every count
+        # whose training holds the memory length priced one candidate)
+        holding = len({c.n_train for c in nominal.candidates if not c.colocated})
         if not classes:
-            return nominal
+            return replace(nominal, holding_splits=holding)
         regret = {c: max(p[c] / min(p.values()) for p in prices) for c in classes}
         pick = min(classes, key=lambda c: (regret[c], prices[0][c]))
         split_runs = self._class_runs(pick, runs, prompt_tokens, current)
@@ -864,7 +872,7 @@ class Planner:
             best = self._holding_launch(best, cands, nominal.stats, current)
             best = self._launch_layout(best, launch_runs, current)
             return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in cands if c not in nominal.candidates],
-                           hedge=regret, launch_regret=self._launch_regret(best, runs))
+                           hedge=regret, launch_regret=self._launch_regret(best, runs), holding_splits=holding)
         # the default prior's candidates hold each split's best loop only: the picked loop is
         # priced on every split by the same search with that loop pinned
         if pick == "time-shared":
@@ -876,7 +884,7 @@ class Planner:
                 pinned = self._pinned_search(pick, prompt_tokens, current, spec)
             of_class = [c for c in pinned.candidates if loop_class(c) == pick]
         if not of_class:
-            return replace(nominal, hedge=regret)
+            return replace(nominal, hedge=regret, holding_splits=holding)
         filling = current is None or current.mode != "async"
         best = self._split_by_regret(stay_within_tolerance(choose(of_class, self.options.max_staleness >= 1, filling), of_class, current),
                                      of_class, split_runs, current)
@@ -885,7 +893,7 @@ class Planner:
         best = self._holding_launch(best, of_class, nominal.stats, current)
         best = self._launch_layout(best, launch_runs, current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
-                       hedge=regret, launch_regret=self._launch_regret(best, runs))
+                       hedge=regret, launch_regret=self._launch_regret(best, runs), holding_splits=holding)
 
     def _short_class_runs(self, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
                           current: Plan | None) -> list[SearchResult]:
@@ -1668,6 +1676,8 @@ class Planner:
                 # a hedged first step: the launched plan's worst-case regret over the prior
                 # scenarios (``SearchResult.launch_regret``; ``LibraPolicy`` and ``libra-sim plan`` read it, ``libra.planner.assumed_cap``)
                 **({"hedge_regret": float(res.launch_regret)} if res.launch_regret == res.launch_regret else {}),
+                # and how many training GPU counts a split could run there (1: forced by memory)
+                **({"holding_splits": int(res.holding_splits)} if res.holding_splits >= 0 else {}),
             },
         )
 

@@ -157,7 +157,7 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
     import dataclasses
 
     from libra.errors import UserError
-    from libra.planner.assumed_cap import ASSUMED_CAPS, HEDGE_REGRET_CAP, may_assume_cap, needs_assumed_cap, plan_at_assumed_caps
+    from libra.planner.assumed_cap import ASSUMED_CAPS, HEDGE_REGRET_CAP, forced_split, may_assume_cap, needs_assumed_cap, plan_at_assumed_caps
     from libra.planner.search import Planner
 
     def plan_at(cap: int) -> tuple[Any, Any]:
@@ -181,7 +181,8 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
         if not needs_assumed_cap(regret_of(incumbent), history, cluster.max_context):
             return incumbent[0], incumbent[1], None, ""
     try:
-        (planner, res), cap = plan_at_assumed_caps(plan_at, regret_of, incumbent)
+        (planner, res), cap = plan_at_assumed_caps(plan_at, regret_of, incumbent,
+                                                   forced=lambda searched: forced_split(searched[1].holding_splits, searched[1].best.colocated))
     except UserError:
         raise UserError(f"{first}; with no context limit declared it was also planned for "
                         f"{'/'.join(f'{c:,}' for c in ASSUMED_CAPS)}-token contexts and nothing fits: pass --max-context TOKENS "
