@@ -180,15 +180,26 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
     else:
         if not needs_assumed_cap(regret_of(incumbent), history, cluster.max_context):
             return incumbent[0], incumbent[1], None, ""
+    passed_over: list[tuple[int, int]] = []  # (cap, training GPUs) of launches memory forced onto one split
+
+    def forced(searched: tuple[Any, Any]) -> bool:
+        hit = forced_split(searched[1].holding_splits, searched[1].best.colocated)
+        if hit:
+            passed_over.append((int(searched[0].cluster.max_context), int(searched[1].best.n_train)))
+        return hit
+
     try:
-        (planner, res), cap = plan_at_assumed_caps(plan_at, regret_of, incumbent,
-                                                   forced=lambda searched: forced_split(searched[1].holding_splits, searched[1].best.colocated))
+        (planner, res), cap = plan_at_assumed_caps(plan_at, regret_of, incumbent, forced=forced)
     except UserError:
         raise UserError(f"{first}; with no context limit declared it was also planned for "
                         f"{'/'.join(f'{c:,}' for c in ASSUMED_CAPS)}-token contexts and nothing fits: pass --max-context TOKENS "
                         "(your workload's limit), more GPUs or a bigger GPU") from None
     if incumbent is None:
         why = "nothing fits the length prior's 65,536-token cap"
+        skipped = [(c, n) for c, n in passed_over if c != cap]
+        if skipped:
+            why += ", and at " + ", ".join(f"{c:,} only {n} training GPUs hold the sequences (a split memory forced, not chosen)"
+                                           for c, n in skipped)
     else:
         why = (f"the length prior's 65,536-token cap fits only a launch that costs some prior scenario "
                f"{regret_of(incumbent):.2f}x its best (over {HEDGE_REGRET_CAP}x)")
