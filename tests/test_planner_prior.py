@@ -186,8 +186,8 @@ def test_an_assumed_cap_whose_launch_memory_forces_onto_one_split_gives_way_to_t
     unless its launch is a split that memory forced (one training GPU count holds that cap's
     sequences, so its regret of 1.0 over scenarios that all price that split says nothing); then
     the next shorter cap whose launch is not forced, else the first that fit. A time-shared
-    launch is never forced."""
-    from libra.planner.assumed_cap import forced_split, plan_at_assumed_caps
+    launch is forced only where no split holds the cap (``holding_splits`` 0)."""
+    from libra.planner.assumed_cap import forced_launch, plan_at_assumed_caps
 
     def plan_at(holding: dict[int, tuple[int, bool]]):  # cap -> (holding splits, time-shared)
         def at(cap: int) -> tuple[int, int, bool]:
@@ -197,7 +197,7 @@ def test_an_assumed_cap_whose_launch_memory_forces_onto_one_split_gives_way_to_t
         return at
 
     def forced(launch: tuple[int, int, bool]) -> bool:
-        return forced_split(launch[1], launch[2])
+        return forced_launch(launch[1], launch[2])
 
     def regret(_: object) -> float:
         return 1.0
@@ -208,11 +208,64 @@ def test_an_assumed_cap_whose_launch_memory_forces_onto_one_split_gives_way_to_t
     # every fitting cap forced: the first that fit; nothing after it fits: the same
     assert plan_at_assumed_caps(plan_at({32768: (1, False), 16384: (1, False)}), regret, forced=forced) == ((32768, 1, False), 32768)
     assert plan_at_assumed_caps(plan_at({32768: (1, False)}), regret, forced=forced) == ((32768, 1, False), 32768)
-    # a time-shared launch trains on every GPU: not forced, it stays
+    # a time-shared launch where a split could have been chosen: not forced, it stays
     assert plan_at_assumed_caps(plan_at({32768: (1, True), 16384: (3, False)}), regret, forced=forced) == ((32768, 1, True), 32768)
+    # a time-shared launch where no split holds the cap: the only one priced, so forced at K >= 1
+    assert plan_at_assumed_caps(plan_at({32768: (0, True), 16384: (3, False)}), regret, forced=forced) == ((16384, 3, False), 16384)
+    # at K = 0 it forgoes no async overlap and stays
+    assert not forced_launch(0, True, may_go_async=False) and forced_launch(1, False, may_go_async=False)
     assert plan_at_assumed_caps(plan_at({32768: (1, False), 16384: (3, False)}), regret) == ((32768, 1, False), 32768)
     with pytest.raises(UserError, match="nothing fits 4096"):
         plan_at_assumed_caps(plan_at({}), regret, forced=forced)
+
+
+def test_the_regret_case_skips_a_cap_whose_launch_memory_forced() -> None:
+    """``plan_at_assumed_caps`` with an incumbent over ``HEDGE_REGRET_CAP``: a cap whose launch had
+    no alternative (its regret of 1.0 is by construction) is passed over for the first unforced
+    cap within the regret cap; with none, the forced one within it is taken, as before."""
+    from libra.planner.assumed_cap import HEDGE_REGRET_CAP, forced_launch, plan_at_assumed_caps
+
+    launches = {32768: (0, True, 1.0), 16384: (5, False, 1.02), 8192: (6, False, 1.01)}  # cap -> (holding, time-shared, regret)
+
+    def at(cap: int) -> tuple[int, int, bool, float]:
+        if cap not in launches:
+            raise UserError(f"nothing fits {cap}")
+        return (cap, *launches[cap])
+
+    def forced(launch: tuple[int, int, bool, float]) -> bool:
+        return forced_launch(launch[1], launch[2])
+
+    def regret(launch: tuple[int, int, bool, float]) -> float:
+        return launch[3]
+
+    incumbent = (65536, 3, True, HEDGE_REGRET_CAP + 0.5)
+    assert plan_at_assumed_caps(at, regret, incumbent, forced=forced) == ((16384, 5, False, 1.02), 16384)
+    launches[16384] = (5, False, 1.4)
+    launches[8192] = (6, False, 1.3)
+    assert plan_at_assumed_caps(at, regret, incumbent, forced=forced) == ((32768, 0, True, 1.0), 32768)
+    launches[32768] = (0, True, 1.35)  # nothing within: the least regret, forced or not
+    assert plan_at_assumed_caps(at, regret, incumbent, forced=forced) == ((8192, 6, False, 1.3), 8192)
+
+
+def test_a_k1_launch_of_long_prompts_on_48_a800_llama_70b_is_not_time_shared_by_a_forced_cap() -> None:
+    """On 48 A800 with Llama-3.1-70B the prior fits only a time-shared launch (regret about 1.8
+    over scenarios that price an async split at their best), and at an assumed 32,768 no split's
+    training GPUs hold the cap, so only the time-shared plan was priced and its regret of 1.0 was
+    taken: tau2 telecom (10 runs of 5.4K-token prompts) ran its first step time-shared and moved
+    to 16:32, 0.835x of the hindsight 8:40 (held_out_46, SIMULATED). That cap's launch is forced,
+    so the next one's is taken: an async split at 16,384. At K = 0 (no overlap to forgo) the
+    time-shared launch stays."""
+    from libra.policies.options import PolicyOptions
+
+    prompts = np.full(10, 5400, np.int64)
+    cl = ClusterSpec(48, "a800", "llama-3.1-70b", workload="agent")
+    policy = POLICIES["libra"](cl, PolicyOptions(max_staleness=1, run_steps=5))
+    plan = policy.plan(cl, [], prompts)
+    assert plan.notes["assumed_max_context"] == 16384
+    assert not plan.colocated and plan.mode == "async" and plan.notes["holding_splits"] >= 2
+    # on-policy (K = 0) there is no overlap to forgo: the time-shared launch at 32,768 stays
+    on_policy = POLICIES["libra"](cl, PolicyOptions(max_staleness=0, run_steps=5)).plan(cl, [], prompts)
+    assert on_policy.colocated and on_policy.notes["assumed_max_context"] == 32768
 
 
 def test_a_k1_launch_of_short_prompts_on_56_h100_llama_70b_is_not_forced_onto_one_engine() -> None:

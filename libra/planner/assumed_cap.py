@@ -7,15 +7,16 @@ from ``ASSUMED_CAPS``:
 
 - nothing fits the prior (no incumbent): the first cap that fits is taken. A wrong guess then
   costs a re-plan after the first step, not a refusal (Qwen3-32B on 16 A800s was refused at
-  sequence 65,536 while verl-colocated, assuming 32,768, ran it). Unless that cap's launch is a
-  split that memory forced (``forced``: one training GPU count holds the cap's sequences, so
-  there was no split to choose and the regret over the prior scenarios, which all price that one
-  split, is 1.0 and says nothing): then the next shorter cap whose launch is not forced is taken,
-  the forced one if none is;
+  sequence 65,536 while verl-colocated, assuming 32,768, ran it). Unless that cap's launch is
+  one that memory forced (``forced``, ``forced_launch``: one training GPU count holds the cap's
+  sequences and the launch is that split, or none does and it is time-shared at K >= 1, so
+  there was nothing to choose and the regret over the prior scenarios, which all price that one
+  launch, is 1.0 and says nothing): then the next shorter cap whose launch is not forced is
+  taken, the forced one if none is;
 - the prior fits only a launch whose worst-case regret over the prior scenarios exceeds
   ``HEDGE_REGRET_CAP`` (``SearchResult.launch_regret``, ``Plan.notes["hedge_regret"]``): the
-  first cap whose launch is within it is taken, else the one of least regret, the incumbent
-  included.
+  first cap whose launch is within it and not forced is taken, else the first forced one within
+  it, else the one of least regret, the incumbent included.
 
 Why a shared function: until session 34 only the policy applied the regret rule, so on 30 A100
 with Qwen3-32B ``libra-sim plan`` printed a 6:24 launch while a replay launched 8:22.
@@ -61,8 +62,9 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
     cap that fits is taken, unless ``forced`` says its launch is a split memory forced (one
     training GPU count holds that cap's sequences: ``Plan.notes["holding_splits"]``); then the
     first shorter cap whose launch is not forced, else the first that fit; the last cap's error is
-    raised when none fits. Otherwise the first cap whose launch is within ``HEDGE_REGRET_CAP``,
-    else the launch of least regret, ``incumbent`` included. The risk a shorter cap takes is the
+    raised when none fits. Otherwise the first cap whose launch is within ``HEDGE_REGRET_CAP`` and
+    not forced, else the first forced one within it, else the launch of least regret,
+    ``incumbent`` included. The risk a shorter cap takes is the
     baselines' (verl-colocated assumes 32,768): a first-step run longer than the cap that the
     launched training GPUs cannot hold, which a split then trains on more GPUs once
     (``Policy.oversized_training``).
@@ -71,14 +73,22 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
     32,768 only 48 training GPUs hold its sequences, so every short log launched 8:48 at one TP-8
     engine (regret 1.0 over scenarios that all price that split) where the hindsight split runs
     16:40 or 24:32 (held_out_45: 15 K=1 log losses on that cluster, 0.82x-0.95x, SIMULATED).
-    A time-shared launch at such a cap is not forced (it trains on every GPU) and stays. Only
-    where nothing fit the prior: a forced launch at the prior's own 65,536 tokens holds what long
-    logs bring, and moving it down a cap too (tried, seen on the same 69 rows) took DA-Code
-    0.853x -> 0.725x and tau2 telecom 0.952x -> 0.707x, their long steps then trained on more GPUs
-    (``oversized_training``)."""
+    Not at the prior's own 65,536 tokens: a forced launch there holds what long logs bring, and
+    moving it down a cap too (tried, seen on the same 69 rows) took DA-Code 0.853x -> 0.725x and
+    tau2 telecom 0.952x -> 0.707x, their long steps then trained on more GPUs
+    (``oversized_training``).
+
+    Why a time-shared launch with no split holding the cap is forced too, and why the regret case
+    skips forced caps (session 38): on 48 A800 with Llama-3.1-70B the prior fits only a
+    time-shared launch (regret 1.84: every shorter scenario prices an async split at its best),
+    and at 32,768 no split holds the cap, so every scenario prices only the time-shared plan and
+    its regret of 1.0 was taken as within the cap. tau2 telecom then ran its first step
+    time-shared and moved to 16:32 (0.835x, held_out_46's worst row); at 16,384 the launch is
+    8:40 at TP 8, the hindsight split (seen, SIMULATED)."""
     first_fit: tuple[T, int] | None = None
     best, best_cap = incumbent, None
     best_regret = _regret(regret_of, incumbent) if incumbent is not None else float("inf")
+    tried: list[tuple[T, int, float]] = []  # forced launches, in cap order, with their regret
     err: UserError | None = None
     for cap in ASSUMED_CAPS:
         try:
@@ -93,23 +103,44 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
                 first_fit = (cand, cap)
             continue
         regret = _regret(regret_of, cand)
+        if forced is not None and forced(cand):
+            # one launch was all this cap offered, so its regret says nothing: a last resort
+            tried.append((cand, cap, regret))
+            continue
         if regret < best_regret:
             best, best_cap, best_regret = cand, cap, regret
         if regret <= HEDGE_REGRET_CAP:
-            break
+            return best, best_cap
     if best is None:
         if first_fit is not None:
             return first_fit
         assert err is not None
         raise err
+    # no launch the caps left a choice for is within the regret cap: the forced ones compete too,
+    # by the same rule (the first within it, else the least regret)
+    for cand, cap, regret in tried:
+        if regret <= HEDGE_REGRET_CAP:
+            return cand, cap
+        if regret < best_regret:
+            best, best_cap, best_regret = cand, cap, regret
     return best, best_cap
 
 
-def forced_split(holding_splits: object, colocated: bool) -> bool:
-    """Whether a launch is a split that memory forced: its search found one training GPU count
-    that holds the sequences (``SearchResult.holding_splits``, ``Plan.notes["holding_splits"]``,
-    1) and it is not time-shared."""
-    return not colocated and holding_splits == 1
+def forced_launch(holding_splits: object, colocated: bool, may_go_async: bool = True) -> bool:
+    """Whether memory left a launch no alternative: its search found one training GPU count whose
+    split holds the sequences (``SearchResult.holding_splits``, ``Plan.notes["holding_splits"]``,
+    1) and launched that split, or, for a run that may go asynchronous (``may_go_async``: K >= 1),
+    found none and launched time-shared (0: every prior scenario prices only the time-shared
+    plan). Either way its regret over the prior scenarios is 1.0 by construction.
+
+    Why only at K >= 1 for a time-shared launch: what it forgoes there is the async overlap of the
+    first two steps, which no later move recovers (tau2 telecom on 48 A800 / Llama-3.1-70B, 0.835x
+    -> 1.000x at the next cap's 8:40 async launch, seen). At K = 0 there is no overlap to forgo, and
+    the next cap's synchronous split ran slower than the time-shared plan on every K = 0 row it
+    changed (DA-Code there 0.989x -> 0.939x, MAD 1.091x -> 1.064x, seen; SIMULATED)."""
+    if colocated:
+        return may_go_async and holding_splits == 0
+    return holding_splits == 1
 
 
 def may_assume_cap(history: Sized, max_context: int | None) -> bool:

@@ -40,7 +40,7 @@ import numpy as np
 
 from libra.cluster import ClusterSpec
 from libra.errors import UserError
-from libra.planner.assumed_cap import forced_split, may_assume_cap, needs_assumed_cap, plan_at_assumed_caps
+from libra.planner.assumed_cap import forced_launch, may_assume_cap, needs_assumed_cap, plan_at_assumed_caps
 from libra.planner.costs import CostModel, make_evaluator
 from libra.planner.feedback import StepOutcome
 from libra.planner.plan import Plan, TrainConfig, same_layout
@@ -179,7 +179,8 @@ class LibraPolicy:
             return dataclasses.replace(cand, notes={**cand.notes, "assumed_max_context": cap, "replanned": True})
 
         best, _ = plan_at_assumed_caps(plan_at, lambda p: float(p.notes.get("hedge_regret", 1.0)), incumbent,
-                                       forced=lambda p: forced_split(p.notes.get("holding_splits"), p.colocated))
+                                       forced=lambda p: forced_launch(p.notes.get("holding_splits"), p.colocated,
+                                                                       self._options.max_staleness >= 1))
         if best is not incumbent:
             self._replanner.current = best
         return best

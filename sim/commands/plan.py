@@ -157,7 +157,7 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
     import dataclasses
 
     from libra.errors import UserError
-    from libra.planner.assumed_cap import ASSUMED_CAPS, HEDGE_REGRET_CAP, forced_split, may_assume_cap, needs_assumed_cap, plan_at_assumed_caps
+    from libra.planner.assumed_cap import ASSUMED_CAPS, HEDGE_REGRET_CAP, forced_launch, may_assume_cap, needs_assumed_cap, plan_at_assumed_caps
     from libra.planner.search import Planner
 
     def plan_at(cap: int) -> tuple[Any, Any]:
@@ -180,13 +180,18 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
     else:
         if not needs_assumed_cap(regret_of(incumbent), history, cluster.max_context):
             return incumbent[0], incumbent[1], None, ""
-    passed_over: list[tuple[int, int]] = []  # (cap, training GPUs) of launches memory forced onto one split
+    passed_over: list[tuple[int, int, bool]] = []  # (cap, training GPUs, time-shared) of launches memory forced
 
     def forced(searched: tuple[Any, Any]) -> bool:
-        hit = forced_split(searched[1].holding_splits, searched[1].best.colocated)
+        hit = forced_launch(searched[1].holding_splits, searched[1].best.colocated, opts.max_staleness >= 1)
         if hit:
-            passed_over.append((int(searched[0].cluster.max_context), int(searched[1].best.n_train)))
+            passed_over.append((int(searched[0].cluster.max_context), int(searched[1].best.n_train), bool(searched[1].best.colocated)))
         return hit
+
+    def passed(skipped: list[tuple[int, int, bool]]) -> str:
+        return ", and at " + ", ".join(f"{c:,} no split's training GPUs hold the sequences (time-shared forced, not chosen)" if shared
+                                       else f"{c:,} only {n} training GPUs hold the sequences (a split memory forced, not chosen)"
+                                       for c, n, shared in skipped)
 
     try:
         (planner, res), cap = plan_at_assumed_caps(plan_at, regret_of, incumbent, forced=forced)
@@ -196,13 +201,12 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
                         "(your workload's limit), more GPUs or a bigger GPU") from None
     if incumbent is None:
         why = "nothing fits the length prior's 65,536-token cap"
-        skipped = [(c, n) for c, n in passed_over if c != cap]
-        if skipped:
-            why += ", and at " + ", ".join(f"{c:,} only {n} training GPUs hold the sequences (a split memory forced, not chosen)"
-                                           for c, n in skipped)
     else:
         why = (f"the length prior's 65,536-token cap fits only a launch that costs some prior scenario "
                f"{regret_of(incumbent):.2f}x its best (over {HEDGE_REGRET_CAP}x)")
+    skipped = [(c, n, shared) for c, n, shared in passed_over if cap is not None and c > cap]  # the caps passed over
+    if skipped:
+        why += passed(skipped)
     return planner, res, cap, why
 
 
