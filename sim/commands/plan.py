@@ -2,7 +2,7 @@
 
 With ``--trace`` the planner plans step ``--step`` (default: the trace's last step) from the
 steps before it (their statistics, never the planned step's own lengths) and that step's
-prompts. Without a trace it plans from the documented default length prior
+prompts, knowing the run's length as a replay of the trace does (``--run-steps``). Without a trace it plans from the documented default length prior
 (``libra.planner.stats.default_prior_step``) for ``--prompts`` trajectories; when that prior fits
 nothing and no context limit is declared, for the longest of 32K/16K/8K/4K tokens that fits (as
 Libra plans a replay's first step), and says so. It prints the GPU
@@ -39,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "it allows: sync, sync + streaming, async up to K")
     parser.add_argument("--mode", choices=("sync", "async"), default=None,
                         help="pin the loop instead (default: the planner's choice; async needs --max-staleness >= 1)")
+    parser.add_argument("--run-steps", type=int, default=None, metavar="N",
+                        help="the RL run's length in steps: an async pipeline not yet running is priced as the run it starts over "
+                             "the steps left, fill and drain included (default: the trace's step count, as libra-sim replay tells "
+                             "the planner; without a trace, the steady state)")
     parser.add_argument("--homogeneous", action="store_true", help="one TP degree, one bucket (the libra-homogeneous planner)")
     parser.add_argument("--max-context", type=int, default=None, metavar="TOKENS",
                         help="a hard context limit of the workload (default: the trace header's declared max_context, as "
@@ -57,8 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              + "); what it cannot express, and the nearest plan it can with its predicted cost, go to stderr")
 
 
-def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None, Any]:
-    """(history, prompt_tokens, model hint, trace header) for the planned step."""
+def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None, Any, int | None]:
+    """(history, prompt_tokens, model hint, trace header, the trace's step count: None without a
+    trace) for the planned step."""
     import numpy as np
 
     from libra.errors import UserError
@@ -70,7 +75,7 @@ def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None, Any]:
             raise UserError(f"--prompts must be >= 1, got {args.prompts}")
         from libra.planner.stats import PRIOR_PROMPT_TOKENS
 
-        return [], np.full(args.prompts, PRIOR_PROMPT_TOKENS, np.int64), None, None
+        return [], np.full(args.prompts, PRIOR_PROMPT_TOKENS, np.int64), None, None, None
     from libra.trace.reader import open_trace
 
     reader = open_trace(args.trace)
@@ -83,7 +88,7 @@ def _load(args: argparse.Namespace) -> tuple[list[Any], Any, str | None, Any]:
     if target not in numbers:
         raise UserError(f"--step {target}: not in {args.trace} (steps {numbers[0]}..{numbers[-1]})")
     k = numbers.index(target)
-    return steps[:k], steps[k].prompt_tokens, hint, reader.header
+    return steps[:k], steps[k].prompt_tokens, hint, reader.header, len(steps)
 
 
 def _model_name(hint: str | None) -> str:
@@ -110,7 +115,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.max_context is not None and args.max_context < 1:
         raise UserError(f"--max-context must be >= 1, got {args.max_context}")
-    history, prompts, hint, header = _load(args)
+    if args.run_steps is not None and args.run_steps < 1:
+        raise UserError(f"--run-steps must be >= 1, got {args.run_steps}")
+    history, prompts, hint, header, trace_steps = _load(args)
+    run_steps = args.run_steps if args.run_steps is not None else trace_steps
     limits, limits_text = cluster_limits(header, args.max_context, args.trace or "trace")  # the same reading as libra-sim replay's
     cluster = ClusterSpec(args.gpus, args.gpu or "a800", args.model or _model_name(hint), gpus_per_node=args.gpus_per_node or node_size(args.gpu or "a800"),
                           engine=args.engine, **limits)
@@ -118,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--max-staleness must be >= 0, got {args.max_staleness}")
     if args.mode == "async" and args.max_staleness < 1:
         raise UserError("--mode async needs --max-staleness K >= 1 (the staleness the RL algorithm tolerates)")
-    opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2)
+    # the run's length, as libra-sim replay gives the policy (``PolicyOptions.run_steps``): a
+    # plan shown for a trace's step is the one its replay's planner would price
+    opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2, run_steps=run_steps)
     from libra.planner.assumed_cap import ASSUMED_CAPS
 
     ev = None
