@@ -190,9 +190,10 @@ def _latencies(step: StepArrays) -> np.ndarray:
 #: converted logs, 24 steps; SIMULATED), the peak on this clock was 0.99x on average (coefficient
 #: of variation 0.17), the turn-averaged sum 0.88x (0.29): 0.70x on SWE, whose fit set the
 #: eviction threshold, and 1.21x on MCPMark, whose two-step cohort on three TP-4 instances of
-#: Llama-3.1-70B the model priced at 705 s and the simulator ran in 1,475 s (46% of the tool
-#: returns evicted where the model charged none). The pace only orders the turns in time; a
-#: faster or slower one moves the peak little when tool time dominates, and is where it does not.
+#: Llama-3.1-70B the model priced at 705 s and the simulator ran in 1,475 s (about 40% of the tool
+#: returns evicted where the model charged none). The pace only orders the turns in time: where
+#: tool time dominates another pace moves the peak little; where generation dominates it is a
+#: nominal guess (on the math trace the simulator's peak is 0.72x of this clock's).
 INFLIGHT_DECODE_S_PER_TOKEN = 0.02
 
 
