@@ -83,6 +83,20 @@ def test_a_cohort_that_runs_the_whole_step_together_is_charged_its_evictions() -
     assert dp.evaluate(layout, [3])[0] > 1.5 * dp.evaluate(layout, [4])[0]
 
 
+def test_a_trajectory_never_holds_two_of_its_own_contexts_at_once() -> None:
+    """A turn ends where the next begins; computed apart, the two times differed in the last bit on
+    half the bundled SWE trace's boundaries, and a peak counted both contexts there (Terminal-Bench's
+    few long trajectories: up to 26% too high). One trajectory of 40 turns (11 generated tokens at
+    ``INFLIGHT_DECODE_S_PER_TOKEN``, 0.1 s tools, 13 returned): its peak is its largest context
+    (counted twice at a boundary, it was 1,350 where it is 1,047)."""
+    from libra.planner.stats import inflight_peak
+    from libra.trace.records import Trajectory, Turn
+
+    turns = tuple(Turn(11, "bash", 0.1, 13, "ok") for _ in range(39)) + (Turn(11, None, None, 0, None),)
+    step = StepArrays.from_trajectories(0, [Trajectory(id="t", step=0, prompt_tokens=100, turns=turns)])
+    assert inflight_peak(step) == pytest.approx(100 + 39 * 24 + 11)
+
+
 def _swe_like(n: int, seed: int) -> StepArrays:
     return make_step(n=n, median=12000, sigma=0.5, seed=seed)
 

@@ -215,9 +215,15 @@ def inflight_peak(step: StepArrays, latencies: np.ndarray | None = None) -> floa
     end = np.cumsum(dur)
     begin = end - dur
     begin = begin - np.repeat(begin[off[:-1]], nt)  # each trajectory's own clock, from 0
-    t = np.concatenate([begin, begin + dur])
-    d = np.concatenate([held, -held])
-    order = np.lexsort((d, t))  # at one instant, what ends goes first
+    # one event per turn start (the change of the trajectory's held context) and one per
+    # trajectory end: half the events of a start and an end per turn, the same sums
+    starts = off[:-1][nt > 0]
+    lasts = off[1:][nt > 0] - 1
+    delta = held - np.concatenate([[0.0], held[:-1]])
+    delta[starts] = held[starts]
+    t = np.concatenate([begin, begin[lasts] + dur[lasts]])
+    d = np.concatenate([delta, -held[lasts]])
+    order = np.lexsort((d, t))  # at one instant, what shrinks goes first
     return float(np.max(np.cumsum(d[order])))
 
 
