@@ -193,7 +193,9 @@ def _latencies(step: StepArrays) -> np.ndarray:
 #: Llama-3.1-70B the model priced at 705 s and the simulator ran in 1,475 s (about 40% of the tool
 #: returns evicted where the model charged none). The pace only orders the turns in time: where
 #: tool time dominates another pace moves the peak little; where generation dominates it is a
-#: nominal guess (on the math trace the simulator's peak is 0.72x of this clock's).
+#: nominal guess (on the math trace the simulator's peak is 0.72x of this clock's). These ratios,
+#: the fit and the check were measured before 17ba8fbf stopped a trajectory counting two of its own
+#: contexts at a turn boundary (peaks 0.1-1% lower on those traces, 7-20% on Terminal-Bench's).
 INFLIGHT_DECODE_S_PER_TOKEN = 0.02
 
 
