@@ -281,3 +281,49 @@ def test_a_k1_launch_of_short_prompts_on_56_h100_llama_70b_is_not_forced_onto_on
     plan = policy.plan(cl, [], prompts)
     assert plan.notes["assumed_max_context"] == 16384
     assert not plan.colocated and plan.notes["holding_splits"] >= 2 and plan.n_rollout_gpus > 8
+
+
+def test_with_nothing_fitting_the_prior_the_regret_rule_still_picks_the_cap() -> None:
+    """``plan_at_assumed_caps`` with no incumbent (nothing fits the prior's own cap) applies the
+    regret rule as the incumbent case does: the first unforced cap within ``HEDGE_REGRET_CAP``,
+    else a forced one within it, else the least regret. Before session 40 the first unforced cap
+    that fit was taken whatever its regret."""
+    from libra.planner.assumed_cap import HEDGE_REGRET_CAP, forced_launch, plan_at_assumed_caps
+
+    launches = {32768: (6, False, HEDGE_REGRET_CAP + 0.27), 16384: (7, False, 1.05), 8192: (8, False, 1.0)}
+
+    def at(cap: int) -> tuple[int, int, bool, float]:
+        if cap not in launches:
+            raise UserError(f"nothing fits {cap}")
+        return (cap, *launches[cap])
+
+    def forced(launch: tuple[int, int, bool, float]) -> bool:
+        return forced_launch(launch[1], launch[2])
+
+    def regret(launch: tuple[int, int, bool, float]) -> float:
+        return launch[3]
+
+    assert plan_at_assumed_caps(at, regret, forced=forced) == ((16384, 7, False, 1.05), 16384)
+    launches[16384] = (7, False, 1.4)
+    launches[8192] = (8, False, 1.3)
+    assert plan_at_assumed_caps(at, regret, forced=forced) == ((8192, 8, False, 1.3), 8192)
+    launches[32768] = (6, False, 1.1)  # the first within the cap is taken, as before
+    assert plan_at_assumed_caps(at, regret, forced=forced) == ((32768, 6, False, 1.1), 32768)
+
+
+def test_a_k1_launch_of_short_prompts_on_52_h100_llama_70b_is_not_one_engine_of_high_regret() -> None:
+    """On 52 H100 with Llama-3.1-70B nothing fits the default prior's 65,536 tokens, and at an
+    assumed 32,768 six training GPU counts hold the sequences (so the launch is not forced) but
+    the search launched 4:48 at one TP-4 engine, a worst-case regret of 1.52 over the prior
+    scenarios. It was taken because the regret rule ran only when the prior fit: DA-Code, InterCode
+    CTF, tau-bench airline and MAD lost there (held_out_48: 12 K=1 losses, worst 0.656x, SIMULATED).
+    The next cap's launch, within the regret cap, gives rollout several engines."""
+    from libra.planner.assumed_cap import HEDGE_REGRET_CAP
+    from libra.policies.options import PolicyOptions
+
+    prompts = np.full(43, 2000, np.int64)  # DA-Code-like: 43 runs of 2K-token prompts
+    cl = ClusterSpec(52, "h100", "llama-3.1-70b", workload="agent")
+    plan = POLICIES["libra"](cl, PolicyOptions(max_staleness=1, run_steps=5)).plan(cl, [], prompts)
+    assert plan.notes["assumed_max_context"] == 16384
+    assert plan.notes["hedge_regret"] <= HEDGE_REGRET_CAP
+    assert not plan.colocated and plan.n_rollout_gpus >= 16

@@ -5,18 +5,19 @@ When a workload declares no context limit, the first step is planned from a leng
 own cap (65,536 tokens) is a guess. Two cases re-plan it at a shorter assumed cap, longest first,
 from ``ASSUMED_CAPS``:
 
-- nothing fits the prior (no incumbent): the first cap that fits is taken. A wrong guess then
-  costs a re-plan after the first step, not a refusal (Qwen3-32B on 16 A800s was refused at
-  sequence 65,536 while verl-colocated, assuming 32,768, ran it). Unless that cap's launch is
-  one that memory forced (``forced``, ``forced_launch``: one training GPU count holds the cap's
-  sequences and the launch is that split, or none does and it is time-shared at K >= 1, so
-  there was nothing to choose and the regret over the prior scenarios, which all price that one
-  launch, is 1.0 and says nothing): then the next shorter cap whose launch is not forced is
-  taken, the forced one if none is;
+- nothing fits the prior (no incumbent). A wrong guess then costs a re-plan after the first
+  step, not a refusal (Qwen3-32B on 16 A800s was refused at sequence 65,536 while
+  verl-colocated, assuming 32,768, ran it);
 - the prior fits only a launch whose worst-case regret over the prior scenarios exceeds
-  ``HEDGE_REGRET_CAP`` (``SearchResult.launch_regret``, ``Plan.notes["hedge_regret"]``): the
-  first cap whose launch is within it and not forced is taken, else the first forced one within
-  it, else the one of least regret, the incumbent included.
+  ``HEDGE_REGRET_CAP`` (``SearchResult.launch_regret``, ``Plan.notes["hedge_regret"]``).
+
+Both take the first cap whose launch is within ``HEDGE_REGRET_CAP`` and not forced, else the
+first forced one within it, else the one of least regret (the incumbent included where there is
+one). A launch memory forced (``forced``, ``forced_launch``: one training GPU count holds the
+cap's sequences and the launch is that split, or none does and it is time-shared at K >= 1) had
+nothing to choose, so its regret over the prior scenarios, which all price that one launch, is
+1.0 and says nothing: a last resort. Until session 40 the no-incumbent case took the first
+unforced cap that fit whatever its regret.
 
 Why a shared function: until session 34 only the policy applied the regret rule, so on 30 A100
 with Qwen3-32B ``libra-sim plan`` printed a 6:24 launch while a replay launched 8:22.
@@ -58,13 +59,11 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
 
     ``plan_at(cap)`` plans the first step with ``cap`` as the declared context limit (raising
     ``UserError`` when nothing fits it); ``regret_of`` reads a launch's worst-case regret over the
-    prior scenarios (NaN or absent: 1.0). ``incumbent`` None: nothing fit the prior, and the first
-    cap that fits is taken, unless ``forced`` says its launch is a split memory forced (one
-    training GPU count holds that cap's sequences: ``Plan.notes["holding_splits"]``); then the
-    first shorter cap whose launch is not forced, else the first that fit; the last cap's error is
-    raised when none fits. Otherwise the first cap whose launch is within ``HEDGE_REGRET_CAP`` and
-    not forced, else the first forced one within it, else the launch of least regret,
-    ``incumbent`` included. The risk a shorter cap takes is the
+    prior scenarios (NaN or absent: 1.0). ``incumbent`` None: nothing fit the prior. The first
+    cap whose launch is within ``HEDGE_REGRET_CAP`` and not forced (``forced``: a split memory
+    forced, ``Plan.notes["holding_splits"]``) is taken, else the first forced one within it, else
+    the launch of least regret, ``incumbent`` included; the last cap's error is raised when no cap
+    fits and there is no incumbent. The risk a shorter cap takes is the
     baselines' (verl-colocated assumes 32,768): a first-step run longer than the cap that the
     launched training GPUs cannot hold, which a split then trains on more GPUs once
     (``Policy.oversized_training``).
@@ -84,8 +83,15 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
     and at 32,768 no split holds the cap, so every scenario prices only the time-shared plan and
     its regret of 1.0 was taken as within the cap. tau2 telecom then ran its first step
     time-shared and moved to 16:32 (0.835x, held_out_46's worst row); at 16,384 the launch is
-    8:40 at TP 8, the hindsight split (seen, SIMULATED)."""
-    first_fit: tuple[T, int] | None = None
+    8:40 at TP 8, the hindsight split (seen, SIMULATED).
+
+    Why the regret rule where nothing fits the prior too (session 40): on 52 H100 with
+    Llama-3.1-70B nothing fits 65,536 tokens, and at 32,768 six training GPU counts hold the
+    sequences (not forced), but the search launched 4:48 at one TP-4 engine, a regret of 1.52,
+    and it was taken as the first cap that fit. DA-Code ran 0.656x of the best static split,
+    InterCode CTF 0.751x, tau-bench airline 0.804x, MAD 0.805x (held_out_48, 12 K=1 losses). At
+    16,384 the launch is 16:36 at TP 8 x 2 (seen, that cluster's and 56 H100's 114 log rows against each grid's stored run:
+    losses 26 -> 10, no row a new loss; SIMULATED)."""
     best, best_cap = incumbent, None
     best_regret = _regret(regret_of, incumbent) if incumbent is not None else float("inf")
     tried: list[tuple[T, int, float]] = []  # forced launches, in cap order, with their regret
@@ -96,12 +102,6 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
         except UserError as e:
             err = e
             continue
-        if incumbent is None:
-            if forced is None or not forced(cand):
-                return cand, cap
-            if first_fit is None:
-                first_fit = (cand, cap)
-            continue
         regret = _regret(regret_of, cand)
         if forced is not None and forced(cand):
             # one launch was all this cap offered, so its regret says nothing: a last resort
@@ -111,9 +111,7 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
             best, best_cap, best_regret = cand, cap, regret
         if regret <= HEDGE_REGRET_CAP:
             return best, best_cap
-    if best is None:
-        if first_fit is not None:
-            return first_fit
+    if best is None and not tried:
         assert err is not None
         raise err
     # no launch the caps left a choice for is within the regret cap: the forced ones compete too,
@@ -123,6 +121,7 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
             return cand, cap
         if regret < best_regret:
             best, best_cap, best_regret = cand, cap, regret
+    assert best is not None
     return best, best_cap
 
 

@@ -174,8 +174,13 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
         planner = Planner(dataclasses.replace(cluster, max_context=cap), ev=ev, options=opts)
         return planner, planner.search(history, prompts)
 
+    regrets: dict[int, float] = {}  # assumed cap -> its launch's worst-case regret over the prior scenarios
+
     def regret_of(searched: tuple[Any, Any]) -> float:
-        return float(searched[1].launch_regret)
+        got = float(searched[1].launch_regret)
+        if searched[0].cluster.max_context is not None:
+            regrets[int(searched[0].cluster.max_context)] = got
+        return got
 
     incumbent: tuple[Any, Any] | None = None
     first: UserError | None = None
@@ -217,6 +222,11 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
     skipped = [(c, n, shared) for c, n, shared in passed_over if cap is not None and c > cap]  # the caps passed over
     if skipped:
         why += passed(skipped)
+    forced_caps = {c for c, _, _ in passed_over}
+    costly = [(c, r) for c, r in sorted(regrets.items(), reverse=True)
+              if cap is not None and c > cap and c not in forced_caps and r == r and r > HEDGE_REGRET_CAP]
+    if costly:  # caps that fit but whose launch the regret rule passed over
+        why += ", and at " + ", ".join(f"{c:,} the launch costs some prior scenario {r:.2f}x its best" for c, r in costly)
     return planner, res, cap, why
 
 
