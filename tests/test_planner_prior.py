@@ -327,3 +327,27 @@ def test_a_k1_launch_of_short_prompts_on_52_h100_llama_70b_is_not_one_engine_of_
     assert plan.notes["assumed_max_context"] == 16384
     assert plan.notes["hedge_regret"] <= HEDGE_REGRET_CAP
     assert not plan.colocated and plan.n_rollout_gpus >= 16
+
+
+def test_a_launch_no_scenario_prices_has_its_class_regret_not_nan() -> None:
+    """A launch no prior scenario priced at its split and loop class has its class's worst-case
+    regret over those scenarios as its launch regret, not NaN (read as 1.0). On 52 H100 with Llama-3.1-70B at an assumed 32,768 tokens the
+    hedge picked the sync class (regret about 1.65) and launched 8:44 sync; every scenario runs
+    that split async, so no scenario priced the launch and its regret was NaN, read as 1.0: FEVER
+    (100 runs of 860-token prompts) ran 0.848x of the best static split (held_out_48, K=1,
+    SIMULATED). Now the 32K launch is over ``HEDGE_REGRET_CAP`` and the next cap's async split is
+    launched."""
+    import dataclasses
+
+    from libra.planner.assumed_cap import HEDGE_REGRET_CAP
+    from libra.planner.search import SearchOptions, loop_class
+    from libra.policies.options import PolicyOptions
+
+    prompts = np.full(100, 860, np.int64)
+    cl = ClusterSpec(52, "h100", "llama-3.1-70b", workload="agent")
+    res = Planner(dataclasses.replace(cl, max_context=32768), options=SearchOptions(max_staleness=1, run_steps=5)).search([], prompts)
+    assert loop_class(res.best) == "sync" and not res.best.colocated  # the launch no scenario prices at its split
+    assert res.launch_regret == res.launch_regret and res.launch_regret > HEDGE_REGRET_CAP
+    plan = POLICIES["libra"](cl, PolicyOptions(max_staleness=1, run_steps=5)).plan(cl, [], prompts)
+    assert plan.notes["assumed_max_context"] <= 16384 and plan.notes["hedge_regret"] <= HEDGE_REGRET_CAP
+    assert not plan.colocated and plan.mode == "async" and plan.n_rollout_gpus >= 16

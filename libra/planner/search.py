@@ -860,6 +860,9 @@ class Planner:
             return replace(nominal, holding_splits=holding)
         regret = {c: max(p[c] / min(p.values()) for p in prices) for c in classes}
         pick = min(classes, key=lambda c: (regret[c], prices[0][c]))
+        # the picked class's regret over the prior scenarios alone (``runs``, what
+        # ``_launch_regret`` prices the launch in): the launch's when no scenario priced it
+        pick_regret = max(p[pick] / min(p.values()) for p in prices[:len(runs)])
         split_runs = self._class_runs(pick, runs, prompt_tokens, current)
         if pick == loop_class(nominal.best):
             # an async pick's splits as the pinned search priced them (every split, not only
@@ -872,7 +875,7 @@ class Planner:
             best = self._holding_launch(best, cands, nominal.stats, current)
             best = self._launch_layout(best, launch_runs, current)
             return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in cands if c not in nominal.candidates],
-                           hedge=regret, launch_regret=self._launch_regret(best, runs), holding_splits=holding)
+                           hedge=regret, launch_regret=self._launch_regret(best, runs, pick_regret), holding_splits=holding)
         # the default prior's candidates hold each split's best loop only: the picked loop is
         # priced on every split by the same search with that loop pinned
         if pick == "time-shared":
@@ -893,7 +896,7 @@ class Planner:
         best = self._holding_launch(best, of_class, nominal.stats, current)
         best = self._launch_layout(best, launch_runs, current)
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
-                       hedge=regret, launch_regret=self._launch_regret(best, runs), holding_splits=holding)
+                       hedge=regret, launch_regret=self._launch_regret(best, runs, pick_regret), holding_splits=holding)
 
     def _short_class_runs(self, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
                           current: Plan | None) -> list[SearchResult]:
@@ -1067,17 +1070,29 @@ class Planner:
         return min(near, key=lambda c: (abs(c.n_train - best.n_train), c.rank())) if near else best
 
     @staticmethod
-    def _launch_regret(best: Candidate, runs: Sequence[SearchResult]) -> float:
+    def _launch_regret(best: Candidate, runs: Sequence[SearchResult], class_regret: float = float("nan")) -> float:
         """``best``'s worst-case regret over the prior scenarios ``runs``: in each, the best price
         of a candidate with its training GPU count and loop class (a time-shared plan: the
         scenario's time-shared plan) over the scenario's best candidate; scenarios that priced no
-        such candidate are skipped (NaN when none did)."""
+        such candidate are skipped. When none did, ``class_regret``: its loop class's worst-case
+        regret over the same scenarios (each class on the step it prices for every loop a split
+        allows, ``class_prices``), a lower bound of the launch's (NaN when that is unknown too).
+
+        Why not NaN there: a scenario's candidates hold each split's best loop only, so a launch
+        whose class is not that loop at its split is priced in no scenario, and NaN was read as
+        1.0 (``assumed_cap._regret``). On 52 H100 with Llama-3.1-70B at an assumed 32,768 tokens
+        the hedge picked the sync class (regret 1.63) and launched 8:44 sync, a split every
+        scenario runs async; it was taken as within ``assumed_cap.HEDGE_REGRET_CAP`` and FEVER ran
+        0.848x of the best static split (held_out_48, K=1, SIMULATED). Only the unpriced case:
+        as a floor everywhere (the two measures differ: ``rank`` against the loop's step without
+        transition) it moved launches the scenarios price within the cap (36 H100 / Qwen3-32B's
+        time-shared launch on 32 training GPUs, 1.63 on the class measure)."""
         cls = loop_class(best)
         ratios = [mine / top for r in runs if r.candidates
                   for top in [min(float(c.rank()[0]) for c in r.candidates)]
                   for mine in [prices_by_train_gpus(r.candidates, cls).get(best.n_train)]
                   if mine is not None and top > 0]
-        return max(ratios) if ratios else float("nan")
+        return max(ratios) if ratios else float(class_regret)
 
     def _launch_runs(self, best: Candidate, runs: Sequence[SearchResult], prompt_tokens: np.ndarray | None,
                      current: Plan | None, short: Sequence[SearchResult] = ()) -> list[SearchResult]:
