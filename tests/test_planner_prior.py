@@ -24,6 +24,23 @@ from libra.trace.reader import TraceReader
 TRACES = os.path.join(os.path.dirname(__file__), "..", "traces")
 
 
+#: A made-up launch: (assumed cap, training GPU counts holding it, time-shared, regret).
+Launch = tuple[int, int, bool, float]
+
+
+def _pick(launches: dict[int, tuple[int, bool, float]], incumbent: Launch | None = None) -> tuple[Launch, int | None]:
+    """``plan_at_assumed_caps`` over made-up launches, cap -> (holding splits, time-shared,
+    regret); a cap not in ``launches`` fits nothing."""
+    from libra.planner.assumed_cap import forced_launch, plan_at_assumed_caps
+
+    def at(cap: int) -> Launch:
+        if cap not in launches:
+            raise UserError(f"nothing fits {cap}")
+        return (cap, *launches[cap])
+
+    return plan_at_assumed_caps(at, lambda launch: launch[3], incumbent, forced=lambda launch: forced_launch(launch[1], launch[2]))
+
+
 def test_prior_takes_the_declared_kind_limits_and_prompts() -> None:
     prompts = np.full(2048, 180, np.int64)
     math = compute_stats([], prompts, prior=PriorSpec(max_context=4096, max_turns=8, workload="math"))
@@ -223,28 +240,16 @@ def test_the_regret_case_skips_a_cap_whose_launch_memory_forced() -> None:
     """``plan_at_assumed_caps`` with an incumbent over ``HEDGE_REGRET_CAP``: a cap whose launch had
     no alternative (its regret of 1.0 is by construction) is passed over for the first unforced
     cap within the regret cap; with none, the forced one within it is taken, as before."""
-    from libra.planner.assumed_cap import HEDGE_REGRET_CAP, forced_launch, plan_at_assumed_caps
+    from libra.planner.assumed_cap import HEDGE_REGRET_CAP
 
-    launches = {32768: (0, True, 1.0), 16384: (5, False, 1.02), 8192: (6, False, 1.01)}  # cap -> (holding, time-shared, regret)
-
-    def at(cap: int) -> tuple[int, int, bool, float]:
-        if cap not in launches:
-            raise UserError(f"nothing fits {cap}")
-        return (cap, *launches[cap])
-
-    def forced(launch: tuple[int, int, bool, float]) -> bool:
-        return forced_launch(launch[1], launch[2])
-
-    def regret(launch: tuple[int, int, bool, float]) -> float:
-        return launch[3]
-
+    launches = {32768: (0, True, 1.0), 16384: (5, False, 1.02), 8192: (6, False, 1.01)}
     incumbent = (65536, 3, True, HEDGE_REGRET_CAP + 0.5)
-    assert plan_at_assumed_caps(at, regret, incumbent, forced=forced) == ((16384, 5, False, 1.02), 16384)
+    assert _pick(launches, incumbent) == ((16384, 5, False, 1.02), 16384)
     launches[16384] = (5, False, 1.4)
     launches[8192] = (6, False, 1.3)
-    assert plan_at_assumed_caps(at, regret, incumbent, forced=forced) == ((32768, 0, True, 1.0), 32768)
+    assert _pick(launches, incumbent) == ((32768, 0, True, 1.0), 32768)
     launches[32768] = (0, True, 1.35)  # nothing within: the least regret, forced or not
-    assert plan_at_assumed_caps(at, regret, incumbent, forced=forced) == ((8192, 6, False, 1.3), 8192)
+    assert _pick(launches, incumbent) == ((8192, 6, False, 1.3), 8192)
 
 
 def test_a_k1_launch_of_long_prompts_on_48_a800_llama_70b_is_not_time_shared_by_a_forced_cap() -> None:
@@ -288,27 +293,15 @@ def test_with_nothing_fitting_the_prior_the_regret_rule_still_picks_the_cap() ->
     regret rule as the incumbent case does: the first unforced cap within ``HEDGE_REGRET_CAP``,
     else a forced one within it, else the least regret. Before session 40 the first unforced cap
     that fit was taken whatever its regret."""
-    from libra.planner.assumed_cap import HEDGE_REGRET_CAP, forced_launch, plan_at_assumed_caps
+    from libra.planner.assumed_cap import HEDGE_REGRET_CAP
 
     launches = {32768: (6, False, HEDGE_REGRET_CAP + 0.27), 16384: (7, False, 1.05), 8192: (8, False, 1.0)}
-
-    def at(cap: int) -> tuple[int, int, bool, float]:
-        if cap not in launches:
-            raise UserError(f"nothing fits {cap}")
-        return (cap, *launches[cap])
-
-    def forced(launch: tuple[int, int, bool, float]) -> bool:
-        return forced_launch(launch[1], launch[2])
-
-    def regret(launch: tuple[int, int, bool, float]) -> float:
-        return launch[3]
-
-    assert plan_at_assumed_caps(at, regret, forced=forced) == ((16384, 7, False, 1.05), 16384)
+    assert _pick(launches) == ((16384, 7, False, 1.05), 16384)
     launches[16384] = (7, False, 1.4)
     launches[8192] = (8, False, 1.3)
-    assert plan_at_assumed_caps(at, regret, forced=forced) == ((8192, 8, False, 1.3), 8192)
+    assert _pick(launches) == ((8192, 8, False, 1.3), 8192)
     launches[32768] = (6, False, 1.1)  # the first within the cap is taken, as before
-    assert plan_at_assumed_caps(at, regret, forced=forced) == ((32768, 6, False, 1.1), 32768)
+    assert _pick(launches) == ((32768, 6, False, 1.1), 32768)
 
 
 def test_a_k1_launch_of_short_prompts_on_52_h100_llama_70b_is_not_one_engine_of_high_regret() -> None:
