@@ -89,9 +89,10 @@ def plan_at_assumed_caps(plan_at: Callable[[int], T], regret_of: Callable[[T], f
     Llama-3.1-70B nothing fits 65,536 tokens, and at 32,768 six training GPU counts hold the
     sequences (not forced), but the search launched 4:48 at one TP-4 engine, a regret of 1.52,
     and it was taken as the first cap that fit. DA-Code ran 0.656x of the best static split,
-    InterCode CTF 0.751x, tau-bench airline 0.804x, MAD 0.805x (held_out_48, 12 K=1 losses). At
-    16,384 the launch is 16:36 at TP 8 x 2 (seen, that cluster's and 56 H100's 114 log rows against each grid's stored run:
-    losses 26 -> 10, no row a new loss; SIMULATED)."""
+    tau-bench airline 0.804x, MAD 0.805x (held_out_48, 12 K=1 losses on that cluster). At
+    16,384 the launch is 16:36 at TP 8 x 2. Seen, 52 H100's 46 log rows that ran against the
+    stored run of session 39's code: losses 12 -> 7, worst 0.656x -> 0.751x, no row a new loss
+    (SIMULATED; 56 H100's K = 1 short-log launches were already 16:40 or 24:32, session 37)."""
     best, best_cap = incumbent, None
     best_regret = _regret(regret_of, incumbent) if incumbent is not None else float("inf")
     tried: list[tuple[T, int, float]] = []  # forced launches, in cap order, with their regret
