@@ -503,6 +503,17 @@ class Simulator:
                 job.settle(cfg)
                 plan = dataclasses.replace(plan, train=cfg)
         extra: tuple[int, ...] = ()  # GPUs taken from rollout for a batch the plan's cannot hold
+        if (job.feed is not None and self.cfg.train_memory_check and not self._holds(plan.train, step)
+                and getattr(self.policy, "oversized_training", None) is not None and not plan.colocated):
+            # a streamed step brought a sequence no layout of its training GPUs holds: it is not
+            # streamed. The trainer waits for the complete batch (the rollout's end) and trains it
+            # as a synchronous step's outgrown batch (``_outgrown``). Its streamed overlap is lost
+            # whole, a charge at least that of streaming the mini-batches before the long one.
+            # Why: ToolBench DFSDT on 38 H200 / Llama-3.1-70B (K = 0) brought a 44,924-token
+            # sequence at streamed step 2 that no layout of its 16 training GPUs holds (32 do), and
+            # Libra's run stopped where verl-static-uniform ran (held_out_49, SIMULATED).
+            yield env.all_of(job.feed.ready)
+            job.feed = None
         if self.cfg.train_memory_check and not self._holds(plan.train, step):
             plan, extra = yield from self._outgrown(j, step, plan, job)
         trans = self._transitions[j]

@@ -303,6 +303,39 @@ def test_a_batch_its_plans_training_gpus_cannot_hold_trains_on_a_count_that_hold
     assert res.steps[2].n_train_gpus == n_train and res.steps[2].transition_s > 0.0  # and back
 
 
+def test_a_streamed_step_no_layout_of_its_gpus_holds_trains_once_its_rollout_ends() -> None:
+    """held_out_49: ToolBench DFSDT on 38 H200 / Llama-3.1-70B (K = 0) brought a 44,924-token
+    sequence at a streamed step that no layout of its 16 training GPUs holds (32 do), and Libra's
+    run stopped where verl-static-uniform ran (SIMULATED). The step is not streamed: its training
+    waits for the complete batch and runs on the count ``oversized_training`` picks, as a
+    synchronous step's outgrown batch does; without that hook it still fails."""
+    from libra.planner.settle import streamed_relayout
+
+    gpu, model, n_gpus, n_train = "h100", "qwen3-32b", 36, 20
+    steps = [make_step(0, 8, seed=5), make_step(1, 8, seed=5, turns=(5, 5), gen=(9700, 9800)), make_step(2, 8, seed=6)]
+    n_roll = n_gpus - n_train
+    plan = Plan(n_rollout_gpus=n_roll, n_train_gpus=n_train, train=TrainConfig(tp=2, pp=1, dp=n_train // 2, zero_stage=3, recompute=True),
+                instances=uniform_instances(n_roll, 8, 8), buckets=(Bucket(0, 8, 0, None),), streaming=True)
+
+    def run(hook: bool) -> tuple[Any, Outgrows]:
+        pol = Outgrows(plan, gpu, model, n_gpus, hook)
+        pol.streamed_knobs = lambda plan, longest, seen=(): streamed_relayout(pol.tree, plan.train, longest, seen)
+        res = Simulator(steps, pol, ClusterSpec(n_gpus, gpu, model), SimCosts(CostEvaluator(gpu, model)),
+                        SimConfig(noise_sigma=0.0, streaming=True)).run()
+        return res, pol
+
+    with pytest.raises(SimulationError, match=r"cannot train step 1: its longest sequence .* does not fit in memory"):
+        run(hook=False)
+    res, pol = run(hook=True)
+    assert res.completed == res.expected
+    assert [c.n_gpus if c else None for c in pol.asked] == [pol.asked[0].n_gpus] and pol.asked[0].n_gpus > n_train
+    long_step = res.steps[1]
+    assert long_step.n_train_gpus == pol.asked[0].n_gpus
+    # trained after its rollout ended (not streamed), where the short steps' training overlapped theirs
+    assert long_step.train_start_s >= long_step.rollout_start_s + long_step.rollout_makespan_s - 1e-6
+    assert res.steps[0].train_start_s < res.steps[0].rollout_start_s + res.steps[0].rollout_makespan_s
+
+
 def test_a_plan_made_after_a_step_holds_its_longest_sequence() -> None:
     """The planner checks memory at the longest sequence measured, not only at its forecast's
     tail (the trajectory of the longest critical path, which need not be the longest one): the
