@@ -1076,7 +1076,10 @@ class Planner:
         scenario's time-shared plan) over the scenario's best candidate; scenarios that priced no
         such candidate are skipped. When none did, ``class_regret``: its loop class's worst-case
         regret over the same scenarios (each class on the step it prices for every loop a split
-        allows, ``class_prices``), a lower bound of the launch's (NaN when that is unknown too).
+        allows, ``class_prices``), the class's best in each scenario standing in for the launch's
+        own price (NaN when that is unknown too). The two measures differ (``rank``, the expected
+        step with transitions, against the loop's step without), so it is an estimate, not a
+        bound.
 
         Why not NaN there: a scenario's candidates hold each split's best loop only, so a launch
         whose class is not that loop at its split is priced in no scenario, and NaN was read as
