@@ -34,7 +34,6 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
@@ -129,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         err = (part.kv_pressure - part.evicted_share).abs()
         print(f"\n{label}: {len(part)} steps, mean |kv_pressure - replayed share| = {err.mean():.3f}, max {err.max():.3f}")
     fit = t[~t.overlap & ~t.check]
-    best = least_squares(lambda p: 1.0 - np.exp(-np.maximum(fit.rho.to_numpy() - p[0], 0.0) / p[1]) - fit.evicted_share.to_numpy(),
+    best = least_squares(lambda p: kv_pressure(fit.rho.to_numpy(), p[0], p[1]) - fit.evicted_share.to_numpy(),
                          x0=[KV_PRESSURE_FREE, KV_PRESSURE_SCALE], bounds=([0.3, 0.05], [3.0, 3.0]))
     print(f"least-squares fit on the SWE steps: KV_PRESSURE_FREE = {best.x[0]:.2f}, KV_PRESSURE_SCALE = {best.x[1]:.2f} "
           f"(in force: {KV_PRESSURE_FREE}, {KV_PRESSURE_SCALE})")

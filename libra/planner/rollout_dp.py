@@ -108,11 +108,12 @@ KV_PRESSURE_SCALE = 0.39
 TOOL_KV_MODES: tuple[str, ...] = ("keep", "release")
 
 
-def kv_pressure(rho: np.ndarray | float) -> np.ndarray:
+def kv_pressure(rho: np.ndarray | float, free: float = KV_PRESSURE_FREE, scale: float = KV_PRESSURE_SCALE) -> np.ndarray:
     """The share of tool returns whose parked KV is evicted at pressure ``rho`` (see
-    ``KV_PRESSURE_FREE``)."""
-    over = np.maximum(np.asarray(rho, np.float64) - KV_PRESSURE_FREE, 0.0)
-    return 1.0 - np.exp(-over / KV_PRESSURE_SCALE)
+    ``KV_PRESSURE_FREE``); ``free`` and ``scale`` other than the fitted ones only for the fit
+    itself (``experiments/kv_pressure.py``)."""
+    over = np.maximum(np.asarray(rho, np.float64) - free, 0.0)
+    return 1.0 - np.exp(-over / scale)
 
 
 @dataclass(frozen=True)
