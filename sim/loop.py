@@ -503,17 +503,6 @@ class Simulator:
                 job.settle(cfg)
                 plan = dataclasses.replace(plan, train=cfg)
         extra: tuple[int, ...] = ()  # GPUs taken from rollout for a batch the plan's cannot hold
-        if (job.feed is not None and self.cfg.train_memory_check and not self._holds(plan.train, step)
-                and getattr(self.policy, "oversized_training", None) is not None and not plan.colocated):
-            # a streamed step brought a sequence no layout of its training GPUs holds: it is not
-            # streamed. The trainer waits for the complete batch (the rollout's end) and trains it
-            # as a synchronous step's outgrown batch (``_outgrown``). Its streamed overlap is lost
-            # whole, a charge at least that of streaming the mini-batches before the long one.
-            # Why: ToolBench DFSDT on 38 H200 / Llama-3.1-70B (K = 0) brought a 44,924-token
-            # sequence at streamed step 2 that no layout of its 16 training GPUs holds (32 do), and
-            # Libra's run stopped where verl-static-uniform ran (held_out_49, SIMULATED).
-            yield env.all_of(job.feed.ready)
-            job.feed = None
         if self.cfg.train_memory_check and not self._holds(plan.train, step):
             plan, extra = yield from self._outgrown(j, step, plan, job)
         trans = self._transitions[j]
@@ -621,18 +610,25 @@ class Simulator:
         them retire when their rollouts end; no new step starts on them). Returns the plan the
         training runs under and the GPUs taken from rollout, which go back after the training
         (``StepCosts.return_s``, charged by the caller). The re-shard into the new strategy and
-        back at the next training are the caller's layout-change charges. Without the hook, a
-        streamed step, a time-shared plan, or no strategy that holds it: the step fails, as a
-        real trainer runs out of memory.
+        back at the next training are the caller's layout-change charges. A streamed step is not
+        streamed: its training waits for the complete batch (the rollout's end) first, so its
+        streamed overlap is lost whole, a charge at least that of streaming the mini-batches
+        before the long one. Without the hook, a time-shared plan, or no strategy that holds it:
+        the step fails, as a real trainer runs out of memory.
 
         Why: at K >= 1 a plan is made before the batch it trains exists, and a later step can
         bring a longer sequence than any before: MiniSWE on 44 A800 (Qwen3-14B, K=1) brought
         89,978 tokens at step 3 to a plan whose 20 training GPUs hold none (16, 24 and 28 do),
         and the run stopped where verl-colocated and areal-static-optimal ran (held_out_35,
-        SIMULATED)."""
+        SIMULATED). A streamed one: ToolBench DFSDT on 38 H200 / Llama-3.1-70B (K = 0) brought a
+        44,924-token sequence at streamed step 2 that no layout of its 16 training GPUs holds
+        (32 do), and the run stopped where verl-static-uniform ran (held_out_49, SIMULATED)."""
         ask = getattr(self.policy, "oversized_training", None)
-        if ask is None or job.feed is not None or plan.colocated:
+        if ask is None or plan.colocated:
             raise SimulationError(self._oom_message(step, plan))
+        if job.feed is not None:
+            yield self.env.all_of(job.feed.ready)
+            job.feed = None
         cfg = ask(plan, step, tuple(self.history))
         if cfg is None or not self._holds(cfg, step) or cfg.n_gpus > self.cluster.n_gpus:
             raise SimulationError(self._oom_message(step, plan))
