@@ -170,17 +170,16 @@ def _search(cluster: Any, opts: Any, history: list[Any], prompts: Any, ev: Any =
     from libra.planner.assumed_cap import ASSUMED_CAPS, HEDGE_REGRET_CAP, forced_launch, may_assume_cap, needs_assumed_cap, plan_at_assumed_caps
     from libra.planner.search import Planner
 
-    def plan_at(cap: int) -> tuple[Any, Any]:
-        planner = Planner(dataclasses.replace(cluster, max_context=cap), ev=ev, options=opts)
-        return planner, planner.search(history, prompts)
-
     regrets: dict[int, float] = {}  # assumed cap -> its launch's worst-case regret over the prior scenarios
 
+    def plan_at(cap: int) -> tuple[Any, Any]:
+        planner = Planner(dataclasses.replace(cluster, max_context=cap), ev=ev, options=opts)
+        res = planner.search(history, prompts)
+        regrets[cap] = float(res.launch_regret)
+        return planner, res
+
     def regret_of(searched: tuple[Any, Any]) -> float:
-        got = float(searched[1].launch_regret)
-        if searched[0].cluster.max_context is not None:
-            regrets[int(searched[0].cluster.max_context)] = got
-        return got
+        return float(searched[1].launch_regret)
 
     incumbent: tuple[Any, Any] | None = None
     first: UserError | None = None
