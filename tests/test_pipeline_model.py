@@ -22,6 +22,7 @@ def test_a_shared_rollout_is_linear_in_the_overlap_between_alone_and_the_cycle()
 @pytest.mark.parametrize("rollout,chain,load,cohort,k", [
     (150.0, 20.0, 1.0, 210.0, 2), (29.9, 29.9, 15.9, 43.6, 1), (40.0, 20.0, 1.0, 60.0, 1), (100.0, 10.0, 60.0, 150.0, 1),
     (100.0, 30.0, 1.0, 180.0, 2), (100.0, 10.0, 1.0, 400.0, 3), (10.0, 50.0, 1.0, 12.0, 1), (80.0, 30.0, 70.0, 120.0, 1),
+    (100.0, 30.0, 1.0, 400.0, 1), (1570.0, 962.0, 574.0, 5729.0, 1), (151.3, 76.5, 8.8, 403.2, 2),
 ])
 def test_the_steady_period_is_bounded_by_alone_and_whole_waves_and_is_the_long_runs(rollout: float, chain: float, load: float,
                                                                                      cohort: float, k: int) -> None:
@@ -33,6 +34,21 @@ def test_the_steady_period_is_bounded_by_alone_and_whole_waves_and_is_the_long_r
     # four steps together take four times one)
     n = 2000
     assert pipeline_run_s("async", k, rollout, chain, n, cohort_s=cohort, load_s=load) / n == pytest.approx(steady, rel=0.01)
+
+
+def test_where_the_overlap_feeds_itself_the_pipeline_stays_in_the_fills_waves() -> None:
+    """MCPMark on 52 A800 / Qwen3-32B at 12:40 on TP 4 x 3, K = 1 (held_out_49, SIMULATED): the
+    rollout alone 1,570 s, two steps together 5,729 s, the chain 962 s. Admitted a chain apart the
+    steps overlap, the overlap slows them, the slower rollouts overlap more: the pipeline never
+    leaves the waves the fill starts it in (a shared rollout of 4,915 s, then the second step's
+    962 s of training). The staggered equilibrium the model used before priced the knife edge
+    where steps admitted one rollout apart do not overlap, 1,570 s; the replay ran 5,518 s then
+    897 s."""
+    steady = async_steady_s(1570.0, 962.0, 574.0, 5729.0, 1)
+    assert steady == pytest.approx((4915.0 + 962.0) / 2, rel=0.01)
+    assert steady > 1.8 * 1570.0
+    # a chain at least the rollout alone spaces the admissions past it: no overlap, the chain's pace
+    assert async_steady_s(651.0, 1188.0, 473.0, 4620.0, 1) == pytest.approx(1188.0)
 
 
 def test_a_longer_chain_spaces_the_admissions_and_shrinks_the_overlap() -> None:
