@@ -203,6 +203,33 @@ def test_leaving_async_pays_the_drained_pipeline_and_the_cycle_tail_is_one_steps
     assert cycle.n_trajectories == wide.n_trajectories == 2 * one.n_trajectories
 
 
+def test_a_running_pipeline_prices_a_new_layouts_drain_in_its_transition() -> None:
+    """With an async plan in force, every async candidate on other rollout instances pays, once,
+    the wait for the step in flight to drain (``SearchResult.drain_s``, as the simulator starts
+    a new layout only after the previous rollout: ``test_a_changed_plan_waits_for_the_tail_as_before``);
+    the plan in force's own instances pay none. Unpriced, Libra moved a K = 1 pipeline for a
+    1.3 s re-shard and its next step waited out a 460 s rollout (tb-mini-swe, 36 B200, held_out_49,
+    SIMULATED)."""
+    from test_planner_workload import make_history
+
+    from libra.planner.search import Planner, SearchOptions
+
+    cl = ClusterSpec(16, "a800", "qwen3-8b")
+    hist = make_history(3, n=64)
+    planner = Planner(cl, options=SearchOptions(mode="async", max_staleness=1))
+    in_force = planner.plan(hist, hist[-1].prompt_tokens)
+    assert in_force.mode == "async"
+    res = planner.search(hist, hist[-1].prompt_tokens, current=in_force)
+    assert res.drain_s > 0.0
+    moved = [c for c in res.candidates if c.mode == "async" and tuple(c.rollout.instances) != tuple(in_force.instances)]
+    kept = [c for c in res.candidates if tuple(c.rollout.instances) == tuple(in_force.instances)]
+    assert moved and kept
+    assert all(c.transition_s >= res.drain_s for c in moved)
+    assert min(c.transition_s for c in kept) < res.drain_s
+    # no async plan in force: nothing to drain
+    assert planner.search(hist, hist[-1].prompt_tokens).drain_s == 0.0
+
+
 @pytest.mark.parametrize("gantt_step", [0, 1, 3])
 def test_recording_a_gantt_observes_the_shared_engines_and_changes_nothing(gantt_step: int) -> None:
     """``--out`` records step 0's Gantt; that step used to run without shared engines, so the

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from libra.planner.pipeline import async_steady_s, pipeline_run_s, shared_rollout_s
+from libra.planner.pipeline import async_drain_s, async_steady_s, pipeline_run_s, shared_rollout_s
 from sim.engines import Engines
 
 
@@ -49,6 +49,19 @@ def test_where_the_overlap_feeds_itself_the_pipeline_stays_in_the_fills_waves() 
     assert steady > 1.8 * 1570.0
     # a chain at least the rollout alone spaces the admissions past it: no overlap, the chain's pace
     assert async_steady_s(651.0, 1188.0, 473.0, 4620.0, 1) == pytest.approx(1188.0)
+
+
+def test_a_new_layout_waits_out_the_rollout_in_flight_only_where_rollouts_overlap() -> None:
+    """``async_drain_s``: at a step's gate the previous step's rollout still runs for a while
+    when the rollouts are longer than the chain (a rollout-bound pipeline: 400 s alone, 600 s
+    two together, 10 s of training), and a new layout starts only after it; none where the chain
+    spaces the admissions past the rollout."""
+    rollout_bound = async_drain_s(400.0, 10.0, 150.0, 600.0, 1)
+    assert 0.5 * 400.0 < rollout_bound < 600.0
+    assert async_drain_s(651.0, 1188.0, 473.0, 4620.0, 1) == 0.0
+    assert async_drain_s(29.9, 29.9, 15.9, 43.6, 1) == 0.0
+    # between: only the part of the rollout beyond one step's spacing
+    assert 0.0 < async_drain_s(40.0, 20.0, 1.0, 60.0, 1) < 40.0 - 20.0
 
 
 def test_a_longer_chain_spaces_the_admissions_and_shrinks_the_overlap() -> None:

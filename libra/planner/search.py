@@ -95,7 +95,7 @@ from libra.planner.decision_tree import (DecisionTree, TreeResult, enumerate_str
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, BucketLayout, RolloutChoice, RolloutDP, plan_layout
-from libra.planner.pipeline import async_steady_s, pipeline_run_s, shared_rollout_s
+from libra.planner.pipeline import async_drain_s, async_steady_s, pipeline_run_s, shared_rollout_s
 from libra.planner.settle import longest_sequence, settled_knobs
 from libra.planner.stats import PRIOR_CAP_TOKENS, PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
@@ -647,6 +647,10 @@ class SearchResult:
     #: memory length); 1 means the split was forced by memory, not chosen (``libra.planner.assumed_cap``,
     #: ``Plan.notes["holding_splits"]``); -1: not counted
     holding_splits: int = -1
+    #: a running async pipeline: what a step on a new rollout layout waits for the step in flight
+    #: to drain, charged in each such candidate's transition (``libra.planner.pipeline.async_drain_s``;
+    #: 0: no async plan in force, or its rollouts end before the next gate)
+    drain_s: float = 0.0
 
 
 class Planner:
@@ -1303,6 +1307,29 @@ class Planner:
                 hit = stream_memo[cfg] = fits_in_memory(self.ev, cfg, stream_memory)
             return hit
 
+        # the plan in force, re-predicted on these statistics, when it can be kept as it is
+        # (``_kept``), and its training with the knobs the step will settle (``kept_knobs``)
+        kept = self._kept(current, dp, seq_max, provisional=not history)
+        kept_train = self.kept_knobs(current.train, tokens, seq, seq_max) if kept is not None and current is not None else None
+        # a running async pipeline: what a step on a new rollout layout waits for the previous
+        # step's rollout to end, once (``libra.planner.pipeline.async_drain_s``), priced on the
+        # pipeline in force (its layout re-predicted, its training re-priced, whether or not that
+        # training still holds the longest sequence: the step in flight runs it either way); the
+        # simulator starts a new layout's engines only then
+        drain_s = 0.0
+        if (continuous and dp_cohort is not None and current is not None and current.mode == "async" and not current.colocated
+                and in_force_train_s is not None):
+            in_force_ro = kept if kept is not None else self._in_force_rollout(current, dp)
+            sync_in_force = current.notes.get("sync_s", 0.0)
+            if in_force_ro is not None and in_force_ro.counts:
+                k_corr = correction.factor(len(in_force_ro.layout.tps)) * correction.pipelined
+                k_roll = in_force_ro.makespan_s * k_corr
+                k_cohort = self._cohort_s(dp_cohort, in_force_ro) * k_corr
+                k_chain = in_force_train_s + (float(sync_in_force) if isinstance(sync_in_force, (int, float)) else 0.0)
+                drain_s = async_drain_s(k_roll, k_chain, min(in_force_ro.throughput_s * k_corr, k_roll),
+                                        k_cohort if k_cohort == k_cohort else k_roll, k_async)
+        in_force_instances = tuple(current.instances) if current is not None else ()
+
         def price(n_train: int, cfg: TrainConfig, train_time_s: float, ro: RolloutChoice) -> Candidate | None:
             """The best allowed loop for training ``cfg`` on ``n_train`` GPUs and rollout ``ro``."""
             corr = correction.factor(len(ro.layout.tps))
@@ -1342,6 +1369,8 @@ class Planner:
                 per_loop[loop_name(mode, streaming)] = float(base)
                 trans = (transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances, mode, in_force_train_s)
                          + leave_async_s(current, mode, in_force_train_s))
+                if mode == "async" and drain_s > 0.0 and tuple(ro.instances) != in_force_instances:
+                    trans += drain_s
                 st = base + trans / amortize
                 c = Candidate(n_train, cfg, train_s, ro, sync, trans, st, mode=mode, streaming=streaming, mode_step_s=per_loop,
                               robust_s=float(robust) + trans / amortize, rollout_factor=corr,
@@ -1395,13 +1424,11 @@ class Planner:
         # the same split may differ from it by a hair, and a search that only offered that one
         # priced "stay" as a re-shard (30B-A3B on 64 B200: 6.7 s, where moving elsewhere cost 3.9 s
         # and was taken for a 1% forecast gain, SIMULATED)
-        kept = self._kept(current, dp, seq_max, provisional=not history)
-        # its micro-batch and recompute re-chosen for the forecast batch: each step settles them
-        # for its own batch (``libra.planner.settle``), so staying is priced as the simulator will
-        # run it, not with a prior's knobs (held_out_13 FireAct HotpotQA, 40 B200, K=0: the kept
-        # split was priced at 6.5 s of training that ran 1.9 s settled, and Libra moved, paying a
-        # 3.6 s re-shard, SIMULATED)
-        kept_train = self.kept_knobs(current.train, tokens, seq, seq_max) if kept is not None and current is not None else None
+        # (``kept``, above) with its micro-batch and recompute re-chosen for the forecast batch
+        # (``kept_train``): each step settles them for its own batch (``libra.planner.settle``),
+        # so staying is priced as the simulator will run it, not with a prior's knobs (held_out_13
+        # FireAct HotpotQA, 40 B200, K=0: the kept split was priced at 6.5 s of training that ran
+        # 1.9 s settled, and Libra moved, paying a 3.6 s re-shard, SIMULATED)
         if kept is not None and current is not None and current.colocated:
             if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
                 assert kept_train is not None
@@ -1443,7 +1470,8 @@ class Planner:
         best = stay_within_tolerance(choose(cands, self.options.max_staleness >= 1, filling), cands, current)
         if len(best.rollout.layout.tps) > 1:  # its forecast gain, checked after the step ran (``observe``)
             best = replace(best, one_bucket_rollout_s=dp.best_one_bucket_s(best.rollout.n_gpus))
-        return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped, stats_spec=None if history else spec)
+        return SearchResult(best, cands, stats, dp.hits - hits0, dp.misses - miss0, skipped, stats_spec=None if history else spec,
+                            drain_s=drain_s)
 
     def kept_knobs(self, train: TrainConfig, tokens: int, seq: int, memory: int) -> tuple[TrainConfig, float]:
         """The plan in force's training ``train`` with the micro-batch and recompute the step
@@ -1548,6 +1576,14 @@ class Planner:
                 return None
             if not bool(getattr(rep, "fits", rep)):
                 return None
+        return self._in_force_rollout(current, dp)
+
+    @staticmethod
+    def _in_force_rollout(current: Plan, dp: RolloutDP) -> RolloutChoice | None:
+        """``current``'s rollout layout re-predicted on ``dp``'s statistics, whether or not its
+        training still fits (``_kept`` checks that); None when the layout cannot hold them."""
+        if not current.instances or not current.buckets:
+            return None
         layout, counts = plan_layout(current)
         if len(layout.bounds) != len(layout.tps) - 1 or min(counts) < 1 or not dp.feasible(layout):
             return None
