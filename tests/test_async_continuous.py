@@ -228,6 +228,33 @@ def test_a_running_pipeline_prices_a_new_layouts_drain_in_its_transition() -> No
     assert min(c.transition_s for c in kept) < res.drain_s
     # no async plan in force: nothing to drain
     assert planner.search(hist, hist[-1].prompt_tokens).drain_s == 0.0
+    # every planned step's rollout ended (the gate after the fill): nothing to drain either; the
+    # previous step known to be rolling out: the wait where one is running, at least the mean
+    assert planner.search(hist, hist[-1].prompt_tokens, current=in_force, rollouts_in_flight=0).drain_s == 0.0
+    assert planner.search(hist, hist[-1].prompt_tokens, current=in_force, rollouts_in_flight=1).drain_s >= res.drain_s
+
+
+def test_the_replanner_counts_the_steps_whose_rollout_has_not_ended() -> None:
+    """A K = 1 pipeline plans steps 0 and 1 before any rollout ended and step 2 when step 0's
+    sync opens its gate: the search is told how many planned rollouts are still running."""
+    from test_planner_workload import make_history
+
+    from libra.planner.search import Planner, Replanner, SearchOptions
+
+    seen: list[int | None] = []
+
+    class Recording(Planner):
+        def search(self, history, prompt_tokens, current=None, rollouts_in_flight=None):  # type: ignore[no-untyped-def]
+            seen.append(rollouts_in_flight)
+            return super().search(history, prompt_tokens, current, rollouts_in_flight)
+
+    hist = make_history(3, n=32)
+    rp = Replanner(Recording(ClusterSpec(16, "a800", "qwen3-8b"), options=SearchOptions(mode="async", max_staleness=1)))
+    rp.plan([], hist[0].prompt_tokens)  # step 0: nothing ran
+    rp.plan(hist[:1], hist[1].prompt_tokens)  # step 1, step 0's rollout ended
+    rp.plan(hist[:1], hist[2].prompt_tokens)  # step 2, step 1 still rolling out
+    rp.plan(hist[:3], hist[2].prompt_tokens)  # step 3, every rollout ended
+    assert seen[-3:] == [0, 1, 0]
 
 
 @pytest.mark.parametrize("gantt_step", [0, 1, 3])

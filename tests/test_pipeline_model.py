@@ -62,6 +62,9 @@ def test_a_new_layout_waits_out_the_rollout_in_flight_only_where_rollouts_overla
     assert async_drain_s(29.9, 29.9, 15.9, 43.6, 1) == 0.0
     # between: only the part of the rollout beyond one step's spacing
     assert 0.0 < async_drain_s(40.0, 20.0, 1.0, 60.0, 1) < 40.0 - 20.0
+    # known: nothing in flight waits nothing; a rollout known to run waits at least the mean
+    assert async_drain_s(400.0, 10.0, 150.0, 600.0, 1, in_flight=False) == 0.0
+    assert async_drain_s(400.0, 10.0, 150.0, 600.0, 1, in_flight=True) >= rollout_bound
 
 
 def test_a_longer_chain_spaces_the_admissions_and_shrinks_the_overlap() -> None:

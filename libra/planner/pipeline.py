@@ -101,13 +101,17 @@ def pipeline_run_s(mode: str, staleness: int, rollout_s: float, chain_s: float, 
     return gate_completions(staleness, rollout_s, chain_s, n, first_extra_s, cohort_s, load_s)[-1]
 
 
-def async_drain_s(rollout_s: float, chain_s: float, load_s: float, cohort_s: float, staleness: int) -> float:
+def async_drain_s(rollout_s: float, chain_s: float, load_s: float, cohort_s: float, staleness: int,
+                  in_flight: bool | None = None) -> float:
     """What a step whose plan changes the rollout layout of a running async pipeline waits, once:
     the simulator starts it on new engines only after the previous step's rollout ended
     (``sim.loop``: a new layout runs "after the old rollout's tail"), where staying it would have
     joined the engines at its gate. Priced as the steady pipeline's mean, over a cycle, of how
     long the previous step's rollout still runs at a step's gate (``gate_completions``, the
     window of ``async_steady_s``); 0 where the rollouts end before the next gate opens.
+    ``in_flight``: whether the previous step's rollout is known to be still running (True: the
+    mean over the gates where it runs; False: 0, nothing to wait for); None, unknown: the mean
+    over every gate.
 
     Why: unpriced, the move cost only the re-shard. tb-mini-swe on 36 B200 / Qwen3-8B, K = 1
     (held_out_49, SIMULATED): Libra moved from 20:16 at TP 4 x 5 to 16:20 at TP 8 x 2 at step 3,
@@ -115,8 +119,14 @@ def async_drain_s(rollout_s: float, chain_s: float, load_s: float, cohort_s: flo
     hindsight split, on the same rollouts, took 88.5 s (0.799x of it over the run)."""
     k = max(1, int(staleness))
     warm = _STEADY_WINDOW * (k + 1)
+    if in_flight is False:
+        return 0.0
     admit, end, _ = _gate(k, rollout_s, chain_s, 2 * warm + k, 0.0, cohort_s, load_s)
-    return sum(max(0.0, end[j - 1] - admit[j]) for j in range(warm, 2 * warm)) / warm
+    waits = [max(0.0, end[j - 1] - admit[j]) for j in range(warm, 2 * warm)]
+    if in_flight:
+        running = [w for w in waits if w > 0.0]
+        return sum(running) / len(running) if running else 0.0
+    return sum(waits) / warm
 
 
 def gate_completions(staleness: int, rollout_s: float, chain_s: float, steps: int, first_extra_s: float = 0.0,

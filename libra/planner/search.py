@@ -813,16 +813,19 @@ class Planner:
         return kept
 
     # ---- the search ----------------------------------------------------------------------------
-    def search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None = None) -> SearchResult:
+    def search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None = None,
+               rollouts_in_flight: int | None = None) -> SearchResult:
         """Run the hierarchical search; raises UserError when nothing fits (saying what would).
 
         The first step of a workload whose kind nobody declared is planned by ``hedged_search``
         (the loop that is safe whichever known kind it turns out to be); every other search
-        plans from the declared prior or the measured steps alone."""
+        plans from the declared prior or the measured steps alone. ``rollouts_in_flight``: how
+        many steps already planned have not ended their rollout (what a running async pipeline
+        must drain before a new layout starts, ``SearchResult.drain_s``); None: unknown."""
         spec = PriorSpec.of(self.cluster)
         if not history and self.options.hedge_unknown_kind and not known_kind(spec):
             return self.hedged_search(prompt_tokens, current, spec)
-        return self._search(history, prompt_tokens, current, spec)
+        return self._search(history, prompt_tokens, current, spec, in_flight=rollouts_in_flight)
 
     def hedged_search(self, prompt_tokens: np.ndarray | None, current: Plan | None, spec: PriorSpec) -> SearchResult:
         """The first step's plan when the workload's kind is unknown: the loop class (time-shared,
@@ -1209,10 +1212,11 @@ class Planner:
         return min(scored, key=lambda c: (round(mean_log(c), 6), worst(c), c.rank()))
 
     def _search(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None, current: Plan | None,
-                spec: PriorSpec, bound: bool = True) -> SearchResult:
+                spec: PriorSpec, bound: bool = True, in_flight: int | None = None) -> SearchResult:
         """The search proper, planning the first step from the prior ``spec``. ``bound`` False:
         no split and no time-shared plan is cut by the incumbent (``hedged_search`` compares loop
-        classes, whose prices must not come from splits cut by another class's incumbent)."""
+        classes, whose prices must not come from splits cut by another class's incumbent).
+        ``in_flight``: as ``search``'s ``rollouts_in_flight``."""
         stats = compute_stats(history, prompt_tokens, window=self.options.window, prior=spec)
         dp = self.rollout_dp(stats)
         # async: the staleness cycle's K + 1 steps share the engines (``step_time``); their
@@ -1315,10 +1319,12 @@ class Planner:
         # step's rollout to end, once (``libra.planner.pipeline.async_drain_s``), priced on the
         # pipeline in force (its layout re-predicted, its training re-priced, whether or not that
         # training still holds the longest sequence: the step in flight runs it either way); the
-        # simulator starts a new layout's engines only then
+        # simulator starts a new layout's engines only then. Nothing to wait for when every step
+        # planned so far has ended its rollout (the step after the fill, when the gate opens only
+        # once the cycle's rollouts drained)
         drain_s = 0.0
         if (continuous and dp_cohort is not None and current is not None and current.mode == "async" and not current.colocated
-                and in_force_train_s is not None):
+                and in_force_train_s is not None and in_flight != 0):
             in_force_ro = kept if kept is not None else self._in_force_rollout(current, dp)
             sync_in_force = current.notes.get("sync_s", 0.0)
             if in_force_ro is not None and in_force_ro.counts:
@@ -1327,7 +1333,7 @@ class Planner:
                 k_cohort = self._cohort_s(dp_cohort, in_force_ro) * k_corr
                 k_chain = in_force_train_s + (float(sync_in_force) if isinstance(sync_in_force, (int, float)) else 0.0)
                 drain_s = async_drain_s(k_roll, k_chain, min(in_force_ro.throughput_s * k_corr, k_roll),
-                                        k_cohort if k_cohort == k_cohort else k_roll, k_async)
+                                        k_cohort if k_cohort == k_cohort else k_roll, k_async, None if in_flight is None else True)
         in_force_instances = tuple(current.instances) if current is not None else ()
 
         def price(n_train: int, cfg: TrainConfig, train_time_s: float, ro: RolloutChoice) -> Candidate | None:
@@ -1802,6 +1808,10 @@ class Replanner:
     current: Plan | None = None
     _stats: WorkloadStats | None = field(default=None, repr=False)
     replans: int = 0
+    #: steps planned so far (one plan per step): those whose rollout has not ended are the
+    #: steps planned less the completed steps the history holds (``Planner.search``'s
+    #: ``rollouts_in_flight``)
+    planned: int = 0
 
     def plan(self, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None) -> Plan:
         """The plan for the next step: the current one, or a new search (see the class doc).
@@ -1816,6 +1826,8 @@ class Replanner:
         step against the hindsight split's 1.0 s; 0.933x, SIMULATED). Unless the step brings fewer
         prompts than the plan's training has data-parallel ranks (it could not feed them)."""
         current = self.current
+        in_flight = max(0, self.planned - len(history))
+        self.planned += 1
         if (not history and current is not None and current.notes.get("from_prior")
                 and (prompt_tokens is None or len(prompt_tokens) >= current.train.dp)):
             return replace(current, notes={**current.notes, "replanned": False})
@@ -1823,7 +1835,7 @@ class Replanner:
             stats = compute_stats(history, prompt_tokens, window=self.planner.options.window, prior=PriorSpec.of(self.planner.cluster))
             if stats.n_trajectories == self._stats.n_trajectories and stats.drift(self._stats) <= self.threshold:
                 return replace(self.current, notes={**self.current.notes, "replanned": False})
-        res = self.planner.search(history, prompt_tokens, self.current)
+        res = self.planner.search(history, prompt_tokens, self.current, rollouts_in_flight=in_flight)
         self._stats = res.stats
         self.replans += 1
         plan = self.planner.to_plan(res)
