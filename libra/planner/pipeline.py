@@ -117,10 +117,10 @@ def async_drain_s(rollout_s: float, chain_s: float, load_s: float, cohort_s: flo
     (held_out_49, SIMULATED): Libra moved from 20:16 at TP 4 x 5 to 16:20 at TP 8 x 2 at step 3,
     priced 1.3 s of transition; step 3 waited out step 2's rollout and took 330 s where the
     hindsight split, on the same rollouts, took 88.5 s (0.799x of it over the run)."""
-    k = max(1, int(staleness))
-    warm = _STEADY_WINDOW * (k + 1)
     if in_flight is False:
         return 0.0
+    k = max(1, int(staleness))
+    warm = _STEADY_WINDOW * (k + 1)
     admit, end, _ = _gate(k, rollout_s, chain_s, 2 * warm + k, 0.0, cohort_s, load_s)
     waits = [max(0.0, end[j - 1] - admit[j]) for j in range(warm, 2 * warm)]
     if in_flight:

@@ -404,8 +404,13 @@ def leave_async_s(current: Plan | None, mode: str, in_force_train_s: float | Non
     if current is None or current.mode != "async" or mode == "async":
         return 0.0
     train = float(current.predicted_train_s) if in_force_train_s is None else float(in_force_train_s)
+    return (train if train == train else 0.0) + in_force_sync_s(current)
+
+
+def in_force_sync_s(current: Plan) -> float:
+    """The weight sync the plan in force predicted (``Plan.notes["sync_s"]``; 0 when absent)."""
     sync = current.notes.get("sync_s", 0.0)
-    return (train if train == train else 0.0) + (float(sync) if isinstance(sync, (int, float)) else 0.0)
+    return float(sync) if isinstance(sync, (int, float)) else 0.0
 
 
 def loop_name(mode: str, streaming: bool) -> str:
@@ -1326,12 +1331,11 @@ class Planner:
         if (continuous and dp_cohort is not None and current is not None and current.mode == "async" and not current.colocated
                 and in_force_train_s is not None and in_flight != 0):
             in_force_ro = kept if kept is not None else self._in_force_rollout(current, dp)
-            sync_in_force = current.notes.get("sync_s", 0.0)
             if in_force_ro is not None and in_force_ro.counts:
                 k_corr = correction.factor(len(in_force_ro.layout.tps)) * correction.pipelined
                 k_roll = in_force_ro.makespan_s * k_corr
                 k_cohort = self._cohort_s(dp_cohort, in_force_ro) * k_corr
-                k_chain = in_force_train_s + (float(sync_in_force) if isinstance(sync_in_force, (int, float)) else 0.0)
+                k_chain = in_force_train_s + in_force_sync_s(current)
                 drain_s = async_drain_s(k_roll, k_chain, min(in_force_ro.throughput_s * k_corr, k_roll),
                                         k_cohort if k_cohort == k_cohort else k_roll, k_async, None if in_flight is None else True)
         in_force_instances = tuple(current.instances) if current is not None else ()
