@@ -117,6 +117,12 @@ class Engines:
                 return s
         raise InvariantViolation(f"sequence {gid} on the shared engines belongs to no running step")
 
+    def step_rank(self, gid: int) -> int:
+        """The rank of ``gid``'s step among the stages on the engines (its stage's base id: the
+        stages attach in step order, so a smaller rank is an older step); the order
+        ``sim.instance``'s step priority keeps."""
+        return self.owner_of(gid)._base
+
     # ---------------------------------------------------------------- instance callbacks
     def turn_end(self, inst: Instance, gid: int, ctx: int, now: float) -> None:
         s = self.owner_of(gid)

@@ -146,6 +146,9 @@ class RolloutStage:
         self.sched = scheduler
         # the router may move a trajectory within its bucket as a call starts (``RolloutScheduler``)
         self._rebalances = bool(getattr(scheduler, "rebalances", False))
+        #: engines shared by several steps keep the older steps' KV first (``sim.instance``'s step
+        #: priority) when the router says so (``step_priority``)
+        self._step_priority = bool(getattr(scheduler, "step_priority", False))
         self.pool = pool
         self.costs = costs
         self.noise = noise
@@ -220,7 +223,8 @@ class RolloutStage:
                 else:
                     inst = Instance(env, ri.id, ri.tp, ri.bucket, gpus, ri.node, costs, noise, engines.turn_end, engines.idle_cb,
                                     on_room=engines.room if self._wc else None, on_start=engines.started, waiting=self._waiting,
-                                    owner_of=engines.owner_of, on_admit=engines.admitted)
+                                    owner_of=engines.owner_of, on_admit=engines.admitted,
+                                    step_rank=engines.step_rank if self._step_priority else None)
                     engines.instances[ri.id] = inst
                 if costs.kv_capacity(ri.tp) <= 0:
                     raise SimulationError(f"plan has a TP={ri.tp} rollout instance but the model's weights do not fit in {ri.tp} GPU(s); use a larger TP")

@@ -154,3 +154,62 @@ def test_evacuate_returns_everything_with_progress_kept() -> None:
     assert generated > 0
     with pytest.raises(InvariantViolation):
         inst.enqueue(QueueEntry(5, 10, 10, env.now))
+
+
+def _ranked_instance(env: simpy.Environment, costs, finished: dict, rank_of: dict[int, int]) -> Instance:  # type: ignore[no-untyped-def]
+    """An instance on engines shared by steps, under step priority: ``rank_of`` maps a sequence
+    to its step's rank (smaller: older)."""
+    def on_end(inst: Instance, traj: int, ctx: int, now: float) -> None:
+        finished[traj] = (now, ctx)
+
+    return Instance(env, 0, 1, 0, (0,), 0, costs, Noise(0, 0.0), on_end, lambda inst: None, step_rank=rank_of.__getitem__)
+
+
+def test_step_priority_keeps_an_older_steps_parked_kv() -> None:
+    """A newer step's turn never evicts KV an older step's trajectory parked for a tool call: it
+    waits for free KV. The same turn of the older step's own evicts it (LRU), as without the rule."""
+    costs = fake_costs(kv_tokens=2000, max_seqs=8)
+    env = simpy.Environment()
+    got: dict = {}
+    inst = _ranked_instance(env, costs, got, {99: 0, 1: 1})
+    inst.hold(99, 1500)  # step 0's trajectory in a tool call
+    inst.enqueue(QueueEntry(1, 600, 100, 0.0))  # step 1's first turn: 1,500 + 601 > 2,000
+    env.run()
+    assert 1 not in got and inst.evictions == 0 and inst.cached_for(99) == 1500
+    inst.release(99)  # the older trajectory's KV frees (it ended): the newer turn runs
+    env.run()
+    assert got[1][1] == 700
+
+    env = simpy.Environment()
+    got = {}
+    inst = _ranked_instance(env, costs, got, {99: 0, 1: 0})
+    inst.hold(99, 1500)
+    inst.enqueue(QueueEntry(1, 600, 100, 0.0))  # the same step's: evicts as before
+    env.run()
+    assert got[1][1] == 700 and inst.evictions == 1
+
+
+def test_step_priority_orders_the_queue_oldest_step_first() -> None:
+    """Queued turns are admitted oldest step first (arrival order within a step), preempted ones
+    go back to the front of their step's entries, and cached KV goes newest step first."""
+    costs = fake_costs(kv_tokens=100_000, max_seqs=1)
+    env = simpy.Environment()
+    got: dict = {}
+    rank = {10: 1, 11: 1, 12: 1, 20: 0, 21: 0, 30: 2}
+    inst = _ranked_instance(env, costs, got, rank)
+    for traj in (10, 30, 20, 11, 21):
+        inst.enqueue(QueueEntry(traj, 100, 5, 0.0))
+    assert [e.traj for e in inst.queue] == [20, 21, 10, 11, 30]
+    inst._insert(QueueEntry(12, 100, 5, 0.0), True)
+    assert [e.traj for e in inst.queue] == [20, 21, 12, 10, 11, 30]
+    env.run()
+    order = sorted(got, key=lambda t: got[t][0])
+    assert order == [20, 21, 12, 10, 11, 30]
+
+    env = simpy.Environment()
+    inst = _ranked_instance(env, fake_costs(kv_tokens=100_000, max_seqs=8), {}, {1: 0, 2: 1, 3: 0})
+    inst.hold(1, 100)  # least recently used, older step
+    inst.hold(2, 100)  # newer step
+    inst.hold(3, 100)
+    inst._evict_except(-1, 150)
+    assert inst.cached_for(2) == 0 and inst.cached_for(1) == 0 and inst.cached_for(3) == 100

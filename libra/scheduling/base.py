@@ -132,7 +132,12 @@ class RolloutScheduler(Protocol):
         starts when its route keeps the trajectory's bucket (``obs.at_call_start``); an answer
         other than ``obs.instance`` moves the trajectory there, its KV migrating while the tool
         runs (``libra.scheduling.rebalance``). Without it (every other router) the backends ask
-        only when the route changes the bucket."""
+        only when the route changes the bucket.
+
+        Optional too: a router with a true ``step_priority`` attribute has engines shared by
+        consecutive steps (async continuous generation) serve the older steps first: their queued
+        turns before a newer step's, and a newer step's turn admitted only into free KV, never
+        evicting KV an older step's trajectory parked for a tool call (``sim.instance``)."""
         ...
 
     # Optional: ``admission_order(observations) -> indices`` (a permutation) orders a step's
@@ -283,6 +288,9 @@ class WorkConserving:
     plan: Plan
     #: backends may skip asking ``next_for`` of a router that says False (it never moves queued work)
     work_conserving: bool = True
+    #: on engines that consecutive steps share, the older steps' turns and parked KV come first:
+    #: a newer step's turn waits for free KV instead of evicting an older step's (``sim.instance``)
+    step_priority: bool = True
 
     def choose_instance(self, bucket: int, loads: Sequence[InstanceLoad], obs: TrajectoryObservation | None = None) -> int:
         return place(self.plan, bucket, loads, obs)

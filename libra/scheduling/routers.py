@@ -103,6 +103,8 @@ class LeastLoadedRouter:
         self.table = table if work_conserving else None
         #: the backends ask ``choose_instance`` as a call starts even when the route keeps the bucket
         self.rebalances = self.table is not None
+        #: Libra's work-conserving variant serves the older steps first on shared engines (``WorkConserving``)
+        self.step_priority = work_conserving
         self._gpus = {b.index: sum(i.tp for i in plan.instances_in(b.index)) for b in plan.buckets}
         self._live = {b.index: 0 for b in plan.buckets}
 
@@ -201,6 +203,7 @@ class OracleRouter:
 
     sees_future = True
     work_conserving = True
+    step_priority = True  # as every Libra router (``WorkConserving.step_priority``)
 
     def __init__(self, plan: Plan, future: StepArrays) -> None:
         self.plan = plan
