@@ -193,6 +193,7 @@ class RolloutDP:
         max_buckets: int = DEFAULT_MAX_BUCKETS,
         nvlink_domain: int | None = None,
         tool_kv: str = "keep",
+        step_priority: bool = False,
     ) -> None:
         """``nvlink_domain``: GPUs per NVLink domain, the bin instances pack into (default
         ``gpus_per_node``; 72 on GB200 NVL72, whose 4-GPU nodes a TP-8 instance spans).
@@ -204,6 +205,7 @@ class RolloutDP:
         if tool_kv not in TOOL_KV_MODES:
             raise ValueError(f"tool_kv must be one of {TOOL_KV_MODES}, got {tool_kv!r}")
         self.tool_kv = tool_kv
+        self.step_priority = step_priority
         self.stats = stats
         self.table = table
         self.gpus_per_node = gpus_per_node
@@ -268,7 +270,7 @@ class RolloutDP:
         m = np.asarray(m, np.float64)
         # KV parked in tool calls that the instances cannot hold is evicted and prefilled again
         # at the return (``kv_pressure``): the bucket's and the tail's prefill grow by that share
-        evicted = self.evicted_share(layout, b, m)
+        evicted = np.zeros_like(m) if self.step_priority else self.evicted_share(layout, b, m)
         ppt = self.prefill_rates(layout, b, m)  # seconds per prefilled token, per m
         if evicted.any():
             P = P + evicted * float(s.return_ctx[lo:hi].sum())

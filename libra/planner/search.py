@@ -210,6 +210,11 @@ class SearchOptions:
     #: each step's rollout is a batch whose tail gates the next (libra-run's async loop), priced
     #: max(rollout makespan, train + sync)
     continuous: bool = True
+    #: continuous generation under Libra's router, which serves the older steps first on shared
+    #: engines (``libra.scheduling.base.WorkConserving.step_priority``): the staleness cycle's
+    #: cohort is priced with no parked KV evicted (``RolloutDP.step_priority``); False: evicted as
+    #: for one step's trajectories (a router without it)
+    step_priority: bool = True
     #: the first step of a workload of undeclared kind is planned by ``Planner.hedged_search``
     #: (the loop class of least worst-case regret over the known kinds' priors); False: from the
     #: default prior alone
@@ -671,7 +676,7 @@ class Planner:
         self.table = DecodeTable(self.ev, self.tps)
         self.step_costs = StepCosts(self.ev, gpn)  # the simulator charges the same object's prices
         self.tree = DecisionTree(self.step_costs, gpn, kl=self.options.kl)
-        self._dps: dict[str, RolloutDP] = {}
+        self._dps: dict[tuple[str, bool], RolloutDP] = {}
         self._seq_max_seen = 0  # the longest training sequence of any measured step planned from (``search``)
         self.calibration = RolloutCalibration()  # measured / predicted rollouts of the steps run (``observe``)
         self.completion = CompletionOrder(self.options.window)  # when measured steps' groups completed (``observe``)
@@ -761,16 +766,19 @@ class Planner:
         return kept
 
     # ---- pieces --------------------------------------------------------------------------------
-    def rollout_dp(self, stats: WorkloadStats) -> RolloutDP:
-        """The memoized rollout DP for a statistics digest."""
-        dp = self._dps.get(stats.digest)
+    def rollout_dp(self, stats: WorkloadStats, step_priority: bool = False) -> RolloutDP:
+        """The memoized rollout DP for a statistics digest. ``step_priority``: the statistics are
+        several steps' sharing the engines under Libra's router, whose older steps' parked KV is
+        never evicted for a newer step's turn (``RolloutDP.step_priority``)."""
+        key = (stats.digest, step_priority)
+        dp = self._dps.get(key)
         if dp is None:
             dp = RolloutDP(stats, self.table, self.cluster.gpus_per_node, self.cluster.n_gpus,
                            tps=self.options.tps, max_buckets=self.options.max_buckets, nvlink_domain=self.nvlink_domain,
-                           tool_kv=self.options.tool_kv)
+                           tool_kv=self.options.tool_kv, step_priority=step_priority)
             if len(self._dps) > 48:  # keep the memo bounded over a long run (a search uses up to 10: ``TAIL_SCENARIOS``)
                 self._dps.pop(next(iter(self._dps)))
-            self._dps[stats.digest] = dp
+            self._dps[key] = dp
         return dp
 
     def train_shape(self, stats: WorkloadStats) -> tuple[int, int, int]:
@@ -1236,14 +1244,14 @@ class Planner:
             # resolves (its one runaway sample moved the cycle 20.9 -> 39.7 s in one step, and
             # Libra left async for a streamed loop that replayed 43 s: search-drift, 48 H200, K=1)
             dp_cohort = self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window,
-                                                      prior=spec, tail_of=len(prompts)))
+                                                      prior=spec, tail_of=len(prompts)), self.options.step_priority)
         # the same statistics with the tail rows at each of ``TAIL_SCENARIOS``: the expected step
         # is averaged over where the step's longest trajectory may fall
         tail_dps = [self.rollout_dp(compute_stats(history, prompt_tokens, window=self.options.window, prior=spec, tail_quantile=u))
                     for u in TAIL_SCENARIOS]
         tail_cohort_dps = [] if dp_cohort is None or prompts is None else [
             self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window, prior=spec,
-                                          tail_of=len(prompts), tail_quantile=u)) for u in TAIL_SCENARIOS]
+                                          tail_of=len(prompts), tail_quantile=u), self.options.step_priority) for u in TAIL_SCENARIOS]
         tail_memo: dict[int, np.ndarray] = {}
 
         def tails_of(ro: RolloutChoice) -> np.ndarray:
