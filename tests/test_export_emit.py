@@ -228,7 +228,8 @@ def test_cli_emits_the_planners_plan() -> None:
         out, err = out_io.getvalue(), err_io.getvalue()
         assert f"emitted {fw} " in err and "SIMULATED" in err, fw
         if fw == "nemo-rl":  # the planned 12 rollout GPUs are not whole nodes: the nearest split that is
-            # (the better priced of 8:16 and 16:8: 8:16 since the cohort is priced under step priority)
+            # (the better priced of 8:16 and 16:8: 16:8 with the default cohort price, 8:16 without
+            # its evictions, ``SearchOptions.step_priority``)
             assert "cannot express 12 rollout GPUs on 8-GPU nodes" in err
             assert "nearest plan it can: 8 rollout + 16 training GPUs" in err or "nearest plan it can: 16 rollout + 8 training GPUs" in err
         else:

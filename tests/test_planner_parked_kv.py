@@ -133,9 +133,9 @@ def test_an_async_plan_holds_the_kv_of_the_staleness_cycle() -> None:
     parked KV but not two (replayed: 1,982 s of rollout, 63% of the returns evicted, against 938 s
     and none for three TP-8 instances, SIMULATED). The plan's instances now hold the cycle, for a
     router that lets a newer step's turns evict an older step's parked KV (``step_priority``
-    False). Libra's router does not (``sim.instance``'s step priority): there the two layouts
-    replay steps 10-13 pinned at 676.9 and 677.4 s a step (SIMULATED), and the search, pricing
-    the cohort without evictions, need not hold it."""
+    False, the default price). Libra's router does not (``sim.instance``'s step priority): there
+    the two layouts replay steps 10-13 pinned at 676.9 and 677.4 s a step (SIMULATED), and a
+    search pricing the cohort without evictions (``step_priority=True``) need not hold it."""
     from libra.planner.rollout_dp import plan_layout
     from libra.trace.reader import TraceReader
 
@@ -158,13 +158,14 @@ def test_a_cohort_under_step_priority_is_charged_no_eviction() -> None:
     charges no re-prefill where the plain one charges MCPMark's 25-60% evicted returns on three
     TP-4 instances. On the true steps 0-1 on 28 B200 the pinned replay at 12:16 ran the two shared
     steps in 759 and 748 s against 513 s alone (1.48x); this DP gives 649 against 440 (1.48x)
-    where the evicting one gave 1,770 (SIMULATED). The search prices the cohort so by default
-    (``SearchOptions.step_priority``); one step's DP keeps its evictions."""
+    where the evicting one gave 1,770 (SIMULATED). The search prices the cohort so when asked
+    (``SearchOptions.step_priority``, off by default: it misses the newer step's wait for KV);
+    one step's DP keeps its evictions."""
     from libra.trace.reader import TraceReader
 
     step = next(iter(TraceReader("experiments/data/held_out_38/mcpmark-community-mcp-agents-64k.jsonl.gz").steps()))
     planner = Planner(ClusterSpec(42, "b200", "llama-3.1-70b"))
-    assert planner.options.step_priority
+    assert not planner.options.step_priority
     stats = compute_stats([step], np.tile(step.prompt_tokens, 2), tail_of=step.n)
     plain, ranked = planner.rollout_dp(stats), planner.rollout_dp(stats, step_priority=True)
     assert plain is not ranked and planner.rollout_dp(stats, step_priority=True) is ranked  # memoized apart

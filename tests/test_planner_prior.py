@@ -338,8 +338,8 @@ def test_a_launch_no_scenario_prices_has_its_class_regret_not_nan() -> None:
 
     prompts = np.full(100, 860, np.int64)
     cl = ClusterSpec(52, "h100", "llama-3.1-70b", workload="agent")
-    # priced for a router without step priority (the cohort charged its evictions), where the hedge
-    # launches the sync split no scenario prices; Libra's router's cheaper cohort launches async there
+    # priced with the cohort charged its evictions (the default): the hedge launches the sync split
+    # no scenario prices; priced without them (``step_priority=True``) it launches async there
     res = Planner(dataclasses.replace(cl, max_context=32768),
                   options=SearchOptions(max_staleness=1, run_steps=5, step_priority=False)).search([], prompts)
     assert loop_class(res.best) == "sync" and not res.best.colocated  # the launch no scenario prices at its split

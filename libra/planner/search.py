@@ -210,11 +210,15 @@ class SearchOptions:
     #: each step's rollout is a batch whose tail gates the next (libra-run's async loop), priced
     #: max(rollout makespan, train + sync)
     continuous: bool = True
-    #: continuous generation under Libra's router, which serves the older steps first on shared
-    #: engines (``libra.scheduling.base.WorkConserving.step_priority``): the staleness cycle's
-    #: cohort is priced with no parked KV evicted (``RolloutDP.step_priority``); False: evicted as
-    #: for one step's trajectories (a router without it)
-    step_priority: bool = True
+    #: True: the staleness cycle's cohort is priced with no parked KV evicted
+    #: (``RolloutDP.step_priority``), as engines serving the older steps first run it (Libra's
+    #: router, ``libra.scheduling.base.WorkConserving.step_priority``). Off by default: that price
+    #: charges neither eviction nor the newer step's wait for KV, and on held_out_51 it launched
+    #: Workbench on 50 A100 / Qwen3-32B at K = 1 on 3 TP-4 engines for 14 rollout GPUs that then
+    #: ran their shared rollouts at 2-2.7x their lower bound (0.786x of verl-static-uniform, 0.949x
+    #: with the evicting price; SIMULATED). The evicting price over-charges the cohort where the
+    #: engines keep the older step's KV, so the planner errs towards layouts that hold it.
+    step_priority: bool = False
     #: the first step of a workload of undeclared kind is planned by ``Planner.hedged_search``
     #: (the loop class of least worst-case regret over the known kinds' priors); False: from the
     #: default prior alone
