@@ -35,7 +35,7 @@ cached) is admitted only into free KV (it evicts nothing and waits), and cached 
 newest step first (least recently used within a step). Why: where the steps' parked KV does not
 fit the engines together, admissions evicted it LRU, every return re-prefilled its whole context,
 and two steps sharing three TP-4 engines ran 1,516 s and 1,498 s (31.7M and 32.3M prefill tokens)
-where either alone runs 513 s (4.3M); with the rule they ran 759 s and 748 s (5.2M and 8.8M;
+where either alone runs 513 s (4.3M); with the rule they ran 781 s and 743 s (5.8M and 8.5M;
 MCPMark on 28 B200 / Llama-3.1-70B at 12:16, K = 1, SIMULATED). It is what a router does that
 holds a newer step's turn back while the instance's resident contexts leave it no room, with
 vLLM's priority scheduling (``scheduling_policy="priority"``, the step as the priority).

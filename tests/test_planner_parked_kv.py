@@ -157,7 +157,7 @@ def test_a_cohort_under_step_priority_is_charged_no_eviction() -> None:
     evicts an older step's parked KV (``sim.instance``), so the cohort's DP (``step_priority``)
     charges no re-prefill where the plain one charges MCPMark's 25-60% evicted returns on three
     TP-4 instances. On the true steps 0-1 on 28 B200 the pinned replay at 12:16 ran the two shared
-    steps in 759 and 748 s against 513 s alone (1.48x); this DP gives 649 against 440 (1.48x)
+    steps in 781 and 743 s against 513 s alone (1.45-1.52x); this DP gives 649 against 440 (1.48x)
     where the evicting one gave 1,770 (SIMULATED). The search prices the cohort so when asked
     (``SearchOptions.step_priority``, off by default: it misses the newer step's wait for KV);
     one step's DP keeps its evictions."""
