@@ -6,7 +6,7 @@ import pytest
 
 from cost_models import CostEvaluator
 from libra.planner.costs import to_strategy, valid_tp_degrees
-from libra.planner.decision_tree import DecisionTree, enumerate_strategies, training_time_fn
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, sequence_count, training_time_fn
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,23 @@ def test_pruning_reasons(ev14: CostEvaluator) -> None:
     res = enumerate_strategies(ev14, 16, 8, 4096, 8, None)
     assert any("cannot feed DP" in p.reason for p in res.pruned)
     assert all(c.dp * c.micro_batch <= 8 for _, c in res.ranked)
+
+
+def test_a_rounded_mean_length_counts_every_sequence() -> None:
+    """The step's sequence count is the token total over the rounded mean length, rounded: a
+    floor dropped a sequence whenever the mean was rounded up (held_out_51's ToolBench DFSDT on
+    30 H200 / Llama-3.1-70B: three trajectories counted two, every DP-3 strategy was cut, and the
+    planner stopped a run a baseline trained)."""
+    assert sequence_count(38912, 12971) == 3  # 3 x 12,970.67 tokens, the mean rounded up
+    assert sequence_count(38912, 12970) == 3
+    for n in (1, 2, 3, 5, 7, 64, 255, 256):
+        for total in (n * 1000 - 1, n * 1000, n * 1000 + 1, n * 12971 - 2):
+            assert sequence_count(total, round(total / n)) == n
+    assert sequence_count(10, 0) == 10 and sequence_count(0, 100) == 1
+    # the count feeds the DP x micro-batch rule: DP 3 is fed by three sequences
+    ev = CostEvaluator(gpu="h200", model="llama-3.1-70b")
+    res = enumerate_strategies(ev, 30, sequence_count(38912, 12971), 45056, 8, training_time_fn(ev, 38912, 12971))
+    assert res.best is not None and res.best.dp == 3
 
 
 def test_recompute_dominance_and_bound_keep_the_exact_best(ev14: CostEvaluator) -> None:

@@ -139,10 +139,10 @@ def _nearest_strategy(planner: Planner, n_gpus: int, tokens: int, seq: int, seq_
     """The fastest strategy on ``n_gpus`` that fits memory and that the framework's trainers run
     as it is (``trainers(cfg)`` returns it unchanged), timed as the decision tree times its
     leaves; None when none fits."""
-    from libra.planner.decision_tree import enumerate_strategies, training_time_fn
+    from libra.planner.decision_tree import enumerate_strategies, sequence_count, training_time_fn
 
     costs = planner.step_costs
-    tree = enumerate_strategies(costs.ev, n_gpus, max(1, tokens // max(seq, 1)), seq_max, planner.cluster.gpus_per_node,
+    tree = enumerate_strategies(costs.ev, n_gpus, sequence_count(tokens, seq), seq_max, planner.cluster.gpus_per_node,
                                 training_time_fn(costs, tokens, seq, planner.options.kl), bound=False)
     for t, cfg in tree.ranked:  # fastest first
         backend, runs = trainers(cfg)

@@ -88,6 +88,20 @@ def memory_grain(tokens: float) -> int:
     return int(-(-tokens // MEMORY_GRAIN) * MEMORY_GRAIN)
 
 
+def sequence_count(tokens: int, seq_len: int) -> int:
+    """How many sequences a step of ``tokens`` tokens at mean length ``seq_len`` trains on: the
+    ratio rounded to the nearest whole sequence, at least one (the DP x micro-batch rule's input).
+
+    Why rounded, not floored: callers round the mean length (``Planner.train_shape``,
+    ``libra.planner.settle.batch_shape``), so ``tokens / seq_len`` lands just under the count as
+    often as just over it, and the floor dropped a whole sequence. With three trajectories a step
+    (ToolBench DFSDT on 30 H200 / Llama-3.1-70B, K=0, held_out_51) 38,912 tokens at a mean of
+    12,971 counted two, the rule cut every DP-3 strategy, the only ones on 30 GPUs that hold the
+    log's 44,924-token sequence, and the planner stopped the run where verl-colocated trained it
+    at TP 2 x PP 5 x DP 3 (SIMULATED)."""
+    return max(1, int(round(tokens / max(seq_len, 1))))
+
+
 def _describe(tp: int, pp: int, dp: int, ep: int = 1, zero: int | None = None, mb: int | None = None, rc: bool | None = None) -> str:
     s = f"tp={tp} pp={pp} dp={dp} ep={ep}"
     if mb is not None:
@@ -334,7 +348,7 @@ class DecisionTree:
     def _walk(self, n_gpus: int, tokens: int, seq_len: int, seq_len_memory: int, budget_s: float = float("inf"),
               bound: bool = True) -> TreeResult:
         """One walk of the tree for a step of ``tokens`` tokens (``enumerate_strategies``)."""
-        sequences = max(1, tokens // max(seq_len, 1))
+        sequences = sequence_count(tokens, seq_len)
         return enumerate_strategies(self.ev, n_gpus, sequences, seq_len_memory, self.gpus_per_node,
                                     training_time_fn(self.costs, tokens, seq_len, self.kl), budget_s=budget_s, bound=bound)
 

@@ -91,7 +91,7 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.costs import CostModel, DecodeTable, make_evaluator, nvlink_domain, pp_degrees, valid_tp_degrees
 from libra.planner.decision_tree import (DecisionTree, TreeResult, enumerate_strategies, fits_in_memory, memory_grain, memory_report,
-                                         report_line, training_time_fn)
+                                         report_line, sequence_count, training_time_fn)
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, BucketLayout, RolloutChoice, RolloutDP, plan_layout
@@ -1163,7 +1163,7 @@ class Planner:
             tokens, seq, seq_max = self.train_shape(r.stats)
             memory = self.train_memory_length(tokens, seq, seq_max)
             timer = training_time_fn(self.step_costs, tokens, seq, self.tree.kl)
-            res = enumerate_strategies(self.ev, n, max(1, tokens // max(1, seq)), memory, self.cluster.gpus_per_node, timer, bound=False)
+            res = enumerate_strategies(self.ev, n, sequence_count(tokens, seq), memory, self.cluster.gpus_per_node, timer, bound=False)
             fits = {cfg: float(t) for t, cfg in res.ranked if pin is None or cfg.micro_batch == pin}
             step = float(r.best.rank()[0])
             if not fits or not step > 0:

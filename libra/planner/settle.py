@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from libra.planner.decision_tree import DecisionTree, enumerate_strategies, fits_in_memory, memory_grain, training_time_fn
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, fits_in_memory, memory_grain, sequence_count, training_time_fn
 from libra.planner.plan import TrainConfig, same_layout
 from libra.trace.columnar import StepArrays
 
@@ -58,7 +58,7 @@ def best_knobs(tree: DecisionTree, train: TrainConfig, tokens: int, seq: int, me
     planner pricing the plan in force for the next step (``Planner._search``), so that the
     planner forecasts the knobs the simulator will run."""
     timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
-    res = enumerate_strategies(tree.ev, train.n_gpus, max(1, tokens // max(1, seq)), memory, tree.gpus_per_node, timer, bound=False)
+    res = enumerate_strategies(tree.ev, train.n_gpus, sequence_count(tokens, seq), memory, tree.gpus_per_node, timer, bound=False)
     best, best_s = train, float(timer(train))
     for t, cfg in res.ranked:
         if not same_layout(cfg, train) or (micro_batch is not None and cfg.micro_batch != micro_batch):
@@ -188,7 +188,7 @@ def holding_strategies(tree: DecisionTree, n_gpus: int, tokens: int, seq: int, n
     ``memory_relayout`` (on the plan's GPUs) and ``outgrown_training`` (on other counts) pick from."""
     timer = training_time_fn(tree.costs, tokens, seq, tree.kl)
     for need in dict.fromkeys(needs):
-        res = enumerate_strategies(tree.ev, n_gpus, max(1, tokens // max(1, seq)), need, tree.gpus_per_node, timer, bound=False)
+        res = enumerate_strategies(tree.ev, n_gpus, sequence_count(tokens, seq), need, tree.gpus_per_node, timer, bound=False)
         fitting = [(float(t), cfg) for t, cfg in res.ranked]  # fastest first
         if fitting:
             return [x for x in fitting if micro_batch is None or x[1].micro_batch == micro_batch] or fitting
@@ -292,7 +292,7 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
     # layout sized for a shorter prior, ``Planner._launch_layout``; the simulator refuses it)
     holds = fits_in_memory(tree.ev, settled, memory)
     best, best_s = settled, (price(settled, float(timer(settled)), 0.0) if holds else float("inf"))
-    res = enumerate_strategies(tree.ev, settled.n_gpus, max(1, tokens // seq), memory, tree.gpus_per_node, timer, bound=False)
+    res = enumerate_strategies(tree.ev, settled.n_gpus, sequence_count(tokens, seq), memory, tree.gpus_per_node, timer, bound=False)
     for t, cfg in res.ranked:
         if (micro_batch is not None and cfg.micro_batch != micro_batch) or same_layout(cfg, settled):
             continue

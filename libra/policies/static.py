@@ -29,7 +29,7 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.bounds import step_bound
 from libra.planner.costs import make_evaluator, nvlink_domain
-from libra.planner.decision_tree import DecisionTree, enumerate_strategies, training_time_fn
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, sequence_count, training_time_fn
 from libra.planner.packing import place
 from libra.planner.plan import Bucket, Plan, RolloutInstance, TrainConfig
 from libra.planner.rollout_costs import RolloutCosts
@@ -119,7 +119,7 @@ class Chooser:
             res = self.tree.best(n_gpus, tokens, max(seq_len, 1), max(seq_max, 1))
             return (res.ranked[0][1], res.ranked[0][0]) if res.ranked else None
         res = enumerate_strategies(
-            self.costs.ev, n_gpus, max(1, tokens // max(seq_len, 1)), max(seq_max, 1), self.cluster.gpus_per_node,
+            self.costs.ev, n_gpus, sequence_count(tokens, seq_len), max(seq_max, 1), self.cluster.gpus_per_node,
             training_time_fn(self.costs.step, tokens, max(seq_len, 1), self.kl), dominance=False,
             bound=False,  # the bound would cut pinned shapes slower than the unpinned best
         )
