@@ -15,7 +15,7 @@ from libra.cluster import ClusterSpec
 from libra.errors import UserError
 from libra.planner.decision_tree import enumerate_strategies, training_time_fn
 from libra.planner.packing import fits, node_capacities, pack
-from libra.planner.search import STAY_TOLERANCE, Planner, Replanner, SearchOptions, same_shape, stay_within_tolerance, step_time
+from libra.planner.search import STAY_TOLERANCE, Planner, Replanner, SearchOptions, same_rollout, same_shape, stay_within_tolerance, step_time
 from libra.planner.stats import compute_stats
 from libra.trace.workload import generate_steps
 
@@ -230,7 +230,9 @@ def test_a_change_must_beat_the_plan_in_force_by_the_models_spread(ev: CostEvalu
     hist = make_history(2, n=64)
     res = planner.search(hist, hist[-1].prompt_tokens)
     best = res.best
-    other = next(c for c in res.candidates if c.n_train != best.n_train)
+    every = planner._search(hist, hist[-1].prompt_tokens, None, None, bound=False).candidates  # no branch-and-bound cut
+    other = next(c for c in every if c.n_train != best.n_train
+                 and (c.rollout.layout, c.rollout.counts) != (best.rollout.layout, best.rollout.counts))
     plan = planner.to_plan(replace(res, best=other))
     assert same_shape(other, plan) and not same_shape(best, plan)
     assert same_shape(replace(other, train=replace(other.train, micro_batch=other.train.micro_batch + 1)), plan)
@@ -239,6 +241,14 @@ def test_a_change_must_beat_the_plan_in_force_by_the_models_spread(ev: CostEvalu
     assert stay_within_tolerance(best, [best, near], plan) is near
     assert stay_within_tolerance(best, [best, far], plan) is best
     assert stay_within_tolerance(best, [best, near], None) is best
+    # a move that keeps the plan's rollout engines (training takes GPUs they left idle) is not
+    # held back: its rollout forecast is the measured one
+    in_force = planner.to_plan(res)
+    moved = replace(best, n_train=best.n_train - 1)
+    assert same_rollout(moved, in_force) and not same_shape(moved, in_force)
+    assert not same_rollout(other, in_force)
+    kept = replace(best, robust_s=moved.rank()[0] * (1 + STAY_TOLERANCE / 2))
+    assert stay_within_tolerance(moved, [moved, kept], in_force) is moved
 
 
 def test_replanner_drift_policy(ev: CostEvaluator) -> None:

@@ -70,16 +70,17 @@ class HindsightStaticPolicy(StaticPolicy):
 
     def _splits(self, ch: Chooser) -> list[int]:
         """Rollout GPU counts the hindsight search visits (a pinned split: that one): the same
-        grid as Libra's planner (training GPUs in steps of ``libra.planner.search.train_unit``: 1
-        GPU up to 4 nodes, half a node up to 16, whole nodes beyond; never more training GPUs than
-        the backend uses), so a gain of Libra is never a finer split the baseline was not allowed."""
+        grid as Libra's planner (``libra.planner.search.split_counts`` in steps of ``train_unit``: 1
+        GPU up to 4 nodes, half a node up to 16, whole nodes beyond, and the counts leaving rollout
+        a multiple of the step; never more training GPUs than the backend uses), so a gain of Libra
+        is never a finer split the baseline was not allowed."""
         if self.options.split is not None:
             return ch.splits()
-        from libra.planner.search import train_unit
+        from libra.planner.search import split_counts, train_unit
 
         n, cap = self.cluster.n_gpus, self.cluster.train_gpu_cap
         unit = train_unit(n, self.cluster.gpus_per_node)
-        trains = [t for t in range(unit, n, unit) if t <= cap]
+        trains = [t for t in split_counts(n, unit) if t <= cap]
         if not trains and 1 <= cap < n:
             trains = [cap]
         return [n - t for t in trains] or ch.splits()
