@@ -6,7 +6,7 @@ import pytest
 
 from cost_models import CostEvaluator
 from libra.planner.costs import to_strategy, valid_tp_degrees
-from libra.planner.decision_tree import DecisionTree, enumerate_strategies, sequence_count, training_time_fn
+from libra.planner.decision_tree import DecisionTree, enumerate_strategies, memory_grain, sequence_count, training_time_fn
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,17 @@ def test_a_rounded_mean_length_counts_every_sequence() -> None:
     ev = CostEvaluator(gpu="h200", model="llama-3.1-70b")
     res = enumerate_strategies(ev, 30, sequence_count(38912, 12971), 45056, 8, training_time_fn(ev, 38912, 12971))
     assert res.best is not None and res.best.dp == 3
+
+
+def test_memory_lengths_round_up_by_at_most_a_sixteenth_or_256_tokens() -> None:
+    """Memory checks are made at the longest sequence rounded up (memo keys meet): by 256 tokens
+    from 4K on, by at most 1/16 of the length below (a 575-token sequence checked at 768 ruled
+    out strategies without recompute that hold it)."""
+    for n in (1, 7, 100, 575, 632, 1000, 2049, 4095, 4096, 5000, 44924, 131000):
+        g = memory_grain(n)
+        assert g >= n and g - n <= max(16, min(256, n / 16)) and memory_grain(g) == g
+    assert memory_grain(575) == 576 and memory_grain(44924) == 45056 and memory_grain(5000) == 5120
+    assert [memory_grain(n) for n in (4096, 4097, 8192)] == [4096, 4352, 8192]
 
 
 def test_recompute_dominance_and_bound_keep_the_exact_best(ev14: CostEvaluator) -> None:
