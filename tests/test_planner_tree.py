@@ -45,16 +45,19 @@ def test_pruning_reasons(ev14: CostEvaluator) -> None:
 
 
 def test_a_rounded_mean_length_counts_every_sequence() -> None:
-    """The step's sequence count is the token total over the rounded mean length, rounded: a
-    floor dropped a sequence whenever the mean was rounded up (held_out_51's ToolBench DFSDT on
+    """The step's sequence count recovers the trajectory count from the token total and the
+    rounded mean length, and floors a fractional one: a plain floor dropped a sequence whenever
+    the mean was rounded up (held_out_51's ToolBench DFSDT on
     30 H200 / Llama-3.1-70B: three trajectories counted two, every DP-3 strategy was cut, and the
     planner stopped a run a baseline trained)."""
     assert sequence_count(38912, 12971) == 3  # 3 x 12,970.67 tokens, the mean rounded up
     assert sequence_count(38912, 12970) == 3
     for n in (1, 2, 3, 5, 7, 64, 255, 256):
-        for total in (n * 1000 - 1, n * 1000, n * 1000 + 1, n * 12971 - 2):
+        for total in (n * 1000 - 1, n * 1000, n * 1000 + 1, n * 12971 - 2, n * n + n):
             assert sequence_count(total, round(total / n)) == n
-    assert sequence_count(10, 0) == 10 and sequence_count(0, 100) == 1
+    # a fractional count (a forecast's mean) is not rounded up: 21.6 sequences feed DP 21, not 22
+    assert sequence_count(21600, 1000) == 21
+    assert sequence_count(10, 0) == 10 and sequence_count(10, 1) == 10 and sequence_count(0, 100) == 1
     # the count feeds the DP x micro-batch rule: DP 3 is fed by three sequences
     ev = CostEvaluator(gpu="h200", model="llama-3.1-70b")
     res = enumerate_strategies(ev, 30, sequence_count(38912, 12971), 45056, 8, training_time_fn(ev, 38912, 12971))

@@ -100,17 +100,23 @@ def memory_grain(tokens: float) -> int:
 
 
 def sequence_count(tokens: int, seq_len: int) -> int:
-    """How many sequences a step of ``tokens`` tokens at mean length ``seq_len`` trains on: the
-    ratio rounded to the nearest whole sequence, at least one (the DP x micro-batch rule's input).
+    """How many sequences a step of ``tokens`` tokens at mean length ``seq_len`` trains on, at
+    least one (the DP x micro-batch rule's input): ``tokens / (seq_len - 1/2)`` floored, which is
+    the exact count when ``seq_len`` is ``tokens / n`` rounded to a whole token (as
+    ``Planner.train_shape`` and ``libra.planner.settle.batch_shape`` round it; exact while
+    ``tokens > n**2``), and the floor of a fractional mean count otherwise.
 
-    Why rounded, not floored: callers round the mean length (``Planner.train_shape``,
-    ``libra.planner.settle.batch_shape``), so ``tokens / seq_len`` lands just under the count as
-    often as just over it, and the floor dropped a whole sequence. With three trajectories a step
-    (ToolBench DFSDT on 30 H200 / Llama-3.1-70B, K=0, held_out_51) 38,912 tokens at a mean of
-    12,971 counted two, the rule cut every DP-3 strategy, the only ones on 30 GPUs that hold the
-    log's 44,924-token sequence, and the planner stopped the run where verl-colocated trained it
-    at TP 2 x PP 5 x DP 3 (SIMULATED)."""
-    return max(1, int(round(tokens / max(seq_len, 1))))
+    Why not the plain floor: the rounded mean lands ``tokens / seq_len`` just under the count as
+    often as just over it, and with three trajectories a step (ToolBench DFSDT on 30 H200 /
+    Llama-3.1-70B, K=0, held_out_51) 38,912 tokens at a mean of 12,971 counted two: the rule cut
+    every DP-3 strategy, the only ones on 30 GPUs that hold the log's 44,924-token sequence, and
+    the planner stopped the run where verl-colocated trained it at TP 2 x PP 5 x DP 3. Why not
+    rounded: a forecast of 21.6 sequences a step then fed DP 22, and the steps with 21 left a
+    rank without data (verl-colocated on OpenHands CodeAct, 44 H100 / Llama-3.1-70B, trained at
+    TP 2 x DP 22 in 8.4 s a step where TP 4 x DP 11 takes 6.2 s; held_out_52, SIMULATED)."""
+    if seq_len <= 1:
+        return max(1, int(tokens))
+    return max(1, int(tokens / (seq_len - 0.5)))
 
 
 def _describe(tp: int, pp: int, dp: int, ep: int = 1, zero: int | None = None, mb: int | None = None, rc: bool | None = None) -> str:
