@@ -32,6 +32,7 @@ a KL term is used.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,7 +95,7 @@ def memory_grain(tokens: float) -> int:
     ruled out the strategies without recompute that hold it: ToRA GSM8K on 30 H200 /
     Llama-3.1-70B trained with recompute on, 19.0 s against 16.7 s a step, where the hindsight
     baseline ran without (held_out_51, K=1, SIMULATED)."""
-    n = max(1, int(-(-tokens // 1)))
+    n = max(1, math.ceil(tokens))
     grain = min(MEMORY_GRAIN, max(16, 1 << max(0, n.bit_length() - 1 - MEMORY_GRAIN_BITS)))
     return int(-(-n // grain) * grain)
 

@@ -1836,7 +1836,7 @@ class Planner:
         tokens, seq, seq_max = self.train_shape(stats)
         n = self.cluster.n_gpus
         unit = self.options.unit or train_unit(n, self.cluster.gpus_per_node)
-        for k in sorted({*range(unit, n, unit), n}):
+        for k in sorted({*split_counts(n, unit), n}):
             if k <= cap:
                 continue
             best = self.tree.best(k, tokens, seq, seq_max).best
