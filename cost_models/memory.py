@@ -245,23 +245,48 @@ def params_per_gpu(model: ModelSpec, tp: int = 1, pp: int = 1, ep: int = 1) -> S
 
 
 # ---- activations ---------------------------------------------------------------------------------
-def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: bool = False) -> float:
-    """Bytes one token's activations keep for backward in one block (flash attention, no
-    sequence parallelism, bf16).
+#: Megatron's sequence parallelism (Korthikanti et al., "Reducing Activation Recomputation in Large
+#: Transformer Models", 2022): with TP > 1 the parts of a block that tensor parallelism leaves
+#: whole (the norms, the residual adds, dropout) run split along the sequence over the TP group,
+#: and the input a linear layer all-gathers is kept sharded and gathered again in backward. It is
+#: the default of every trainer this project plans for: verl's Megatron workers
+#: (``actor_rollout_ref.actor.megatron.sequence_parallel: true`` in
+#: ``_generated_ppo_megatron_trainer.yaml``), slime (``--sequence-parallel`` in its scripts), NeMo
+#: RL's ``megatron_cfg.sequence_parallel``; the exporters set it with the TP (``libra.export``).
+#: It moves no more bytes than TP's all-reduces (a reduce-scatter plus an all-gather in their
+#: place), so the time model is unchanged. Why it matters: without it the block input a full
+#: recomputation keeps (2h a token a layer) was not TP-sharded, so Llama-3.1-70B at TP 8 x PP 2
+#: needed 92 GB of activations for one 64K-token sequence where Megatron keeps 11, no strategy
+#: on 34 H200 held the length prior's 64K tokens below 24 training GPUs, and the planner launched
+#: 70B runs with one TP-8 rollout engine where two run 10-12% faster (held_out_52's K = 1 losses,
+#: SIMULATED).
+SEQUENCE_PARALLEL = True
 
-    Stored: residual input and RMSNorm output before attention and before the MLP (4 x 2h,
-    not TP-sharded), q/k/v and the attention output (sharded), flash attention's fp32
-    log-sum-exp per head, and for SwiGLU gate, up, silu(gate) and their product (4 x inter/tp).
-    MoE keeps the permuted input and the SwiGLU tensors per routed copy, plus fp32 router logits.
-    Full recomputation keeps only the block input (2h).
+
+def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: bool = False, ep: int = 1,
+                                     sequence_parallel: bool = SEQUENCE_PARALLEL) -> float:
+    """Bytes one token's activations keep for backward in one block (flash attention, bf16),
+    per GPU of a TP group of ``tp``.
+
+    Stored: residual input and RMSNorm output before attention and before the MLP (4 x 2h:
+    TP-sharded only under sequence parallelism, ``SEQUENCE_PARALLEL``), q/k/v and the attention
+    output (sharded), flash attention's fp32 log-sum-exp per head, and for SwiGLU gate, up,
+    silu(gate) and their product (4 x inter/tp). MoE keeps the permuted input and the SwiGLU
+    tensors per routed copy, plus fp32 router logits; with expert parallelism (``ep`` > 1,
+    expert TP 1) each TP rank routes its own sequence shard, so the permuted input is sharded too
+    under sequence parallelism, and with ``ep`` = 1 the experts are TP-sharded like an MLP on the
+    gathered sequence. Full recomputation keeps only the block input (2h, sharded under sequence
+    parallelism).
     """
     h = model.hidden
+    sp = tp if sequence_parallel and tp > 1 else 1  # what the sequence-split parts are divided by
     if recompute:
-        return DTYPE_BYTES * h
+        return DTYPE_BYTES * h / sp
     qkv = model.q_dim / tp + 2 * kv_heads_per_gpu(model, tp) * model.head_dim
-    b = DTYPE_BYTES * (4 * h + qkv + model.q_dim / tp) + 4 * model.n_heads / tp
+    b = DTYPE_BYTES * (4 * h / sp + qkv + model.q_dim / tp) + 4 * model.n_heads / tp
     if model.is_moe:
-        b += model.experts_per_token * DTYPE_BYTES * (h + 4 * model.moe_intermediate / tp)
+        routed_h = h / sp if ep > 1 else h
+        b += model.experts_per_token * DTYPE_BYTES * (routed_h + 4 * model.moe_intermediate / tp)
         b += 4 * model.n_experts
         if model.shared_expert_intermediate:
             b += DTYPE_BYTES * 4 * model.shared_expert_intermediate / tp
@@ -316,11 +341,11 @@ def train_breakdown(gpu: GPUSpec, model: ModelSpec, s: "TrainStrategy", seq_len:
     grads = GRAD_BYTES * (sharded if z >= 2 else p.total)
     optim = ADAM_STATE_BYTES * (sharded if z >= 1 else p.total)
     tokens = s.micro_batch * seq_len
-    per_layer = activation_bytes_per_token_layer(model, s.tp, s.recompute)
+    per_layer = activation_bytes_per_token_layer(model, s.tp, s.recompute, s.ep)
     in_flight = s.pp  # 1F1B: the first stage holds pp micro-batches (assumes >= pp micro-batches)
     acts = in_flight * p.layers * per_layer * tokens
     if s.recompute:  # one block's full activations are rebuilt during its backward
-        acts += activation_bytes_per_token_layer(model, s.tp, False) * tokens
+        acts += activation_bytes_per_token_layer(model, s.tp, False, s.ep) * tokens
     logits = logits_bytes_per_token(model, s.tp) * tokens
     out = {"weights": weights, "gradients": grads, "optimizer": optim, "activations": acts, "logits": logits}
     if z >= 3:  # gathered full-layer parameters: the current and the prefetched block

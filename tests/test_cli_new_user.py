@@ -13,31 +13,33 @@ from sim.cli import main
 
 # --- item 2: libra-sim plan without a trace ------------------------------------------------------
 
-@pytest.mark.parametrize("model,gpus", [("qwen3-32b", 16), ("llama-3.1-70b", 64)])
+@pytest.mark.parametrize("model,gpus,context", [("qwen3-32b", 12, 32768), ("llama-3.1-70b", 20, 16384)])
 def test_plan_without_a_trace_falls_back_to_a_context_that_fits(capsys: pytest.CaptureFixture[str], model: str,
-                                                                 gpus: int) -> None:
-    # the 65,536-token prior fits neither; the documented 32K/16K/8K/4K fallback does
+                                                                 gpus: int, context: int) -> None:
+    # the 65,536-token prior fits neither; the documented 32K/16K/8K/4K fallback does (with
+    # sequence parallelism, 16 H100 hold Qwen3-32B's 64K tokens and 64 Llama-3.1-70B's)
     assert main(["plan", "--gpus", str(gpus), "--gpu", "h100", "--model", model, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["assumed_max_context"] == 32768
-    assert "32,768-token contexts" in doc["limits"] and "--max-context" in doc["limits"]
+    assert doc["assumed_max_context"] == context
+    assert f"{context:,}-token contexts" in doc["limits"] and "--max-context" in doc["limits"]
 
 
 def test_plan_prints_the_launch_libra_replays_when_the_prior_fits_only_a_costly_one(capsys: pytest.CaptureFixture[str]) -> None:
-    # 30 A100 / Qwen3-32B: the 65,536-token prior fits only 6:24 at K=1, whose regret over the prior
+    # 18 A100 / Qwen3-32B: the 65,536-token prior fits only a launch whose regret over the prior
     # scenarios exceeds HEDGE_REGRET_CAP; the policy launches at an assumed 32,768, and until
-    # session 34 `libra-sim plan` printed the 6:24 plan the replay never ran
+    # session 34 `libra-sim plan` printed the plan the replay never ran (30 A100 until session 44,
+    # when sequence parallelism let 16 of them hold 64K tokens)
     import numpy as np
 
     from libra.cluster import ClusterSpec
     from libra.planner.stats import PRIOR_PROMPT_TOKENS
     from libra.policies import POLICIES, PolicyOptions
 
-    assert main(["plan", "--gpus", "30", "--gpu", "a100", "--model", "qwen3-32b", "--max-staleness", "1", "--prompts", "128",
+    assert main(["plan", "--gpus", "18", "--gpu", "a100", "--model", "qwen3-32b", "--max-staleness", "1", "--prompts", "128",
                  "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["assumed_max_context"] == 32768 and "fits only a launch" in doc["limits"]
-    cl = ClusterSpec(30, "a100", "qwen3-32b")
+    cl = ClusterSpec(18, "a100", "qwen3-32b")
     plan = POLICIES["libra"](cl, PolicyOptions(max_staleness=1)).plan(cl, [], np.full(128, PRIOR_PROMPT_TOKENS, np.int64))
     assert plan.notes["assumed_max_context"] == 32768
     assert (doc["split"]["rollout_gpus"], doc["split"]["train_gpus"]) == (plan.n_rollout_gpus, plan.n_train_gpus)
@@ -51,7 +53,7 @@ def test_plan_that_fits_nothing_names_max_context(capsys: pytest.CaptureFixture[
 
 
 def test_plan_with_a_declared_limit_that_does_not_fit_names_max_context(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--gpus", "16", "--gpu", "h100", "--model", "qwen3-32b", "--max-context", "65536"]) == 2
+    assert main(["plan", "--gpus", "12", "--gpu", "h100", "--model", "qwen3-32b", "--max-context", "65536"]) == 2
     assert "--max-context" in capsys.readouterr().err
 
 

@@ -54,10 +54,29 @@ def test_train_breakdown_qwen3_14b_by_hand() -> None:
     assert bd["weights"] == pytest.approx(2 * P)
     assert bd["gradients"] == pytest.approx(2 * P)
     assert bd["optimizer"] == pytest.approx(12 * P / 4)  # ZeRO-1 shards fp32 master + m + v over dp
-    # per token per layer: 4 x 2h (residuals, norm outputs) + q,k,v + attn out + fp32 LSE + SwiGLU 4 x inter/tp
-    per = 2 * (4 * 5120 + (2560 + 2 * 4 * 128) + 2560) + 4 * 40 / 2 + 2 * 4 * 17408 / 2
+    # per token per layer: 4 x 2h (residuals, norm outputs; split over TP by sequence parallelism)
+    # + q,k,v + attn out + fp32 LSE + SwiGLU 4 x inter/tp
+    per = 2 * (4 * 5120 / 2 + (2560 + 2 * 4 * 128) + 2560) + 4 * 40 / 2 + 2 * 4 * 17408 / 2
     assert bd["activations"] == pytest.approx(40 * per * 4096)
     assert bd["logits"] == pytest.approx(6 * 151936 / 2 * 4096)
+
+
+def test_sequence_parallelism_shards_what_tensor_parallelism_leaves_whole() -> None:
+    """Megatron's sequence parallelism (on with TP > 1 in every trainer planned for) splits the
+    norms' and residuals' activations and the recompute checkpoint over the TP group; at TP 1
+    nothing changes, and without it those parts are whole on every rank."""
+    from cost_models.memory import activation_bytes_per_token_layer as act
+
+    h = 5120
+    assert act(Q14, 8, recompute=True) == pytest.approx(2 * h / 8)
+    assert act(Q14, 8, recompute=True, sequence_parallel=False) == pytest.approx(2 * h)
+    assert act(Q14, 1, recompute=True) == act(Q14, 1, recompute=True, sequence_parallel=False) == pytest.approx(2 * h)
+    assert act(Q14, 4) == pytest.approx(act(Q14, 4, sequence_parallel=False) - 2 * 4 * h * (1 - 1 / 4))
+    # Llama-3.1-70B at TP 8 x PP 2 holds one 64K-token sequence on 16 H200 with recompute
+    # (11 GB of kept block inputs, not 86): Megatron trains it there
+    l70 = get_model("llama-3.1-70b")
+    bd = train_breakdown(get_gpu("h200"), l70, TrainStrategy(tp=8, pp=2, dp=1, zero_stage=1, recompute=True), 65536)
+    assert sum(bd.values()) < get_gpu("h200").memory_bytes
 
 
 def test_zero_stages_shard_progressively() -> None:

@@ -130,6 +130,9 @@ def test_verl_layouts_and_keys() -> None:
     assert split.layout == "fully_async" and "--config-name=fully_async_ppo_megatron_trainer.yaml" in split.text
     assert split.keys["async_training.staleness_threshold"] == 0.0 and split.keys["async_training.trigger_parameter_sync_step"] == 1
     assert split.keys["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"] == 2
+    # TP 2: Megatron's sequence parallelism, which the memory model's activations assume
+    assert split.keys["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] == 2
+    assert split.keys["actor_rollout_ref.actor.megatron.sequence_parallel"] is True
     stream = registry.get("verl").emit(_export("verl", PLANS["streaming"]()))
     assert (stream.keys["async_training.trigger_parameter_sync_step"], stream.keys["async_training.require_batches"]) == (4, 1)
     two = registry.get("verl").emit(_export("verl", PLANS["async-2"]()))
@@ -157,6 +160,8 @@ def test_slime_scripts_and_flags() -> None:
     argv = shlex.split(a.text.replace("\\\n", " "))
     assert argv[1] == "train_async.py" and argv[argv.index("--rollout-num-gpus") + 1] == "8"
     assert "--use-distributed-optimizer" in argv  # Megatron's distributed optimizer (ZeRO-1), not the planned ZeRO-3
+    split = shlex.split(registry.get("slime").emit(_export("slime", PLANS["split-sync"]())).text.replace("\\\n", " "))
+    assert split[split.index("--tensor-model-parallel-size") + 1] == "2" and "--sequence-parallel" in split
     assert _export("slime", PLANS["async-1"]()).train.zero_stage == 1
 
 
@@ -167,6 +172,8 @@ def test_nemo_rl_keys() -> None:
     assert doc["policy"]["generation"]["colocated"]["enabled"] is False
     assert doc["policy"]["generation"]["colocated"]["resources"] == {"gpus_per_node": 8, "num_nodes": 1}
     assert doc["policy"]["megatron_cfg"]["enabled"] is True and doc["policy"]["dtensor_cfg"]["enabled"] is False
+    tp = doc["policy"]["megatron_cfg"]["tensor_model_parallel_size"]
+    assert doc["policy"]["megatron_cfg"]["sequence_parallel"] is (tp > 1)
 
 
 def test_areal_keys_are_in_its_config_class_and_its_examples() -> None:

@@ -284,8 +284,9 @@ def _outgrowing_run(gpu: str, model: str, n_gpus: int, n_train: int, gen: tuple[
     # 89,978 tokens of Qwen3-14B on A800s fit 16, 24 or 28 training GPUs, not 20 (TP 8 wants a
     # multiple of 8, and TP 4 on 20 needs 82.9 GB of 80): fewer of its own GPUs, nothing waits
     ("a800", "qwen3-14b", 44, 20, (17500, 17600), 16),
-    # ~50K tokens of Qwen3-32B on H100s fit no count below 24: four GPUs come from rollout
-    ("h100", "qwen3-32b", 36, 20, (9700, 9800), 24),
+    # ~50K tokens of Llama-3.1-70B on H100s fit no count below 24: four GPUs come from rollout
+    # (Qwen3-32B's, the case until sequence parallelism, now fit 16 of them)
+    ("h100", "llama-3.1-70b", 40, 20, (9700, 9800), 24),
 ])
 def test_a_batch_its_plans_training_gpus_cannot_hold_trains_on_a_count_that_holds_it(
         gpu: str, model: str, n_gpus: int, n_train: int, gen: tuple[int, int], want: int) -> None:
@@ -311,7 +312,7 @@ def test_a_streamed_step_no_layout_of_its_gpus_holds_trains_once_its_rollout_end
     synchronous step's outgrown batch does; without that hook it still fails."""
     from libra.planner.settle import streamed_relayout
 
-    gpu, model, n_gpus, n_train = "h100", "qwen3-32b", 36, 20
+    gpu, model, n_gpus, n_train = "h100", "llama-3.1-70b", 40, 20
     steps = [make_step(0, 8, seed=5), make_step(1, 8, seed=5, turns=(5, 5), gen=(9700, 9800)), make_step(2, 8, seed=6)]
     n_roll = n_gpus - n_train
     plan = Plan(n_rollout_gpus=n_roll, n_train_gpus=n_train, train=TrainConfig(tp=2, pp=1, dp=n_train // 2, zero_stage=3, recompute=True),

@@ -56,11 +56,13 @@ def emit(x: ExportPlan) -> Emitted:
     keys["policy.megatron_cfg.enabled"] = not dtensor
     if dtensor:
         keys["policy.dtensor_cfg.tensor_parallel_size"] = t.tp
+        keys["policy.dtensor_cfg.sequence_parallel"] = t.tp > 1  # as the memory model assumes (``cost_models.memory.SEQUENCE_PARALLEL``)
         keys["policy.dtensor_cfg.activation_checkpointing"] = t.recompute
     else:
         keys["policy.megatron_cfg.tensor_model_parallel_size"] = t.tp
         keys["policy.megatron_cfg.pipeline_model_parallel_size"] = t.pp
         keys["policy.megatron_cfg.expert_model_parallel_size"] = t.ep
+        keys["policy.megatron_cfg.sequence_parallel"] = t.tp > 1
         keys["policy.megatron_cfg.activation_checkpointing"] = t.recompute
         keys["policy.megatron_cfg.optimizer.use_distributed_optimizer"] = t.dp > 1
     keys["grpo.async_grpo.enabled"] = p.mode == "async"

@@ -44,6 +44,8 @@ def emit(x: ExportPlan) -> Emitted:
     keys["--tensor-model-parallel-size"] = t.tp
     keys["--pipeline-model-parallel-size"] = t.pp
     keys["--expert-model-parallel-size"] = t.ep
+    if t.tp > 1:  # the memory model's activations assume it (``cost_models.memory.SEQUENCE_PARALLEL``)
+        keys["--sequence-parallel"] = True
     keys["--micro-batch-size"] = t.micro_batch
     if t.dp > 1:
         keys["--use-distributed-optimizer"] = True

@@ -80,6 +80,9 @@ def emit(x: ExportPlan) -> Emitted:
         keys["actor_rollout_ref.actor.megatron.tensor_model_parallel_size"] = t.tp
         keys["actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"] = t.pp
         keys["actor_rollout_ref.actor.megatron.expert_model_parallel_size"] = t.ep
+        # the memory model keeps TP's activations split by Megatron's sequence parallelism
+        # (``cost_models.memory.SEQUENCE_PARALLEL``); verl's default, set so the plan says it
+        keys["actor_rollout_ref.actor.megatron.sequence_parallel"] = t.tp > 1
         keys["actor_rollout_ref.actor.megatron.use_distributed_optimizer"] = t.dp > 1
         keys["actor_rollout_ref.actor.megatron.override_transformer_config.recompute_granularity"] = "full" if t.recompute else None
         if t.recompute:
