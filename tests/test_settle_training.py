@@ -292,3 +292,47 @@ def test_only_a_plan_made_before_the_first_training_follows_its_re_layout() -> N
     after = dataclasses.replace(before, notes=dict(before.notes))  # the same layout, planned after it
     assert pol._relaid(before) == moved
     assert pol._relaid(after) is after.train
+
+
+class PlansBySteps(FixedPolicy):
+    """A fixed plan per step (the last one repeats), each settled to ``settled[step]`` when given."""
+
+    def __init__(self, plans: list[Plan], settled: dict[int, TrainConfig]) -> None:
+        super().__init__(plans[0])
+        self.plans, self.settled = plans, settled
+
+    def plan(self, cluster: Any, history: Any, prompt_tokens: Any) -> Plan:
+        self.histories.append(len(history))
+        return self.plans[min(len(history), len(self.plans) - 1)]
+
+    def settle_training(self, plan: Plan, batch: Any, seen: Any) -> TrainConfig:
+        return self.settled.get(batch.step, plan.train)
+
+
+def test_a_time_shared_plan_that_re_shards_may_settle_a_layout_that_holds_its_batch() -> None:
+    """A time-shared plan that moves off the layout its trainer holds re-shards anyway; when its
+    planned layout cannot hold the batch (a sequence longer than any the plan was made from),
+    the settle's memory re-layout onto another layout of its GPUs is that re-shard, charged as
+    one. Refused before: Workbench on 38 H100 / Llama-3.1-70B stopped at step 1, a time-shared
+    plan moving to TP 1 x DP 38 whose batch brought 17,382 tokens (held_out_53, SIMULATED). A
+    plan that keeps the held layout still may not settle another (the test above)."""
+    ev = CostEvaluator("b200", "qwen3-32b")
+    cluster = ClusterSpec(24, "b200", "qwen3-32b")
+    steps = [make_step(0, 8, seed=5), make_step(1, 8, seed=5, turns=(5, 5), gen=(20000, 20100)), make_step(2, 8, seed=6)]
+    longest = int(steps[1].total_tokens.max())
+    planned = TrainConfig(tp=1, pp=1, dp=24, zero_stage=3, micro_batch=1, recompute=True)  # re-shards, cannot hold step 1
+    relaid = TrainConfig(tp=4, pp=1, dp=6, zero_stage=3, micro_batch=1, recompute=True)
+    from libra.planner.decision_tree import fits_in_memory
+
+    assert fits_in_memory(ev, PRIOR_SIZED, longest) and fits_in_memory(ev, relaid, longest)
+    assert not fits_in_memory(ev, planned, longest)
+    pol = PlansBySteps([_colocated(24, PRIOR_SIZED), _colocated(24, planned)], {1: relaid, 2: relaid})
+    res = Simulator(steps, pol, cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
+    assert res.completed == res.expected
+    sc = StepCosts(ev, 8)
+    assert res.steps[1].transition_s == pytest.approx(sc.lend_s(relaid, 1), rel=1e-12)  # the re-shard, charged
+    assert res.steps[2].transition_s == 0.0  # held since
+    # the same settle under a plan that keeps the held layout is a transition it did not make
+    keep = PlansBySteps([_colocated(24, PRIOR_SIZED)], {1: relaid})
+    with pytest.raises(SimulationError, match="split change"):
+        Simulator(steps, keep, cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
