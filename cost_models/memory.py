@@ -266,7 +266,7 @@ SEQUENCE_PARALLEL = True
 
 
 def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: bool = False, ep: int = 1,
-                                     sequence_parallel: bool = SEQUENCE_PARALLEL) -> float:
+                                     sequence_parallel: bool | None = None) -> float:
     """Bytes one token's activations keep for backward in one block (flash attention, bf16),
     per GPU of a TP group of ``tp``.
 
@@ -281,6 +281,8 @@ def activation_bytes_per_token_layer(model: ModelSpec, tp: int, recompute: bool 
     parallelism).
     """
     h = model.hidden
+    if sequence_parallel is None:  # the module's setting, read per call (a trainer without it: set it False)
+        sequence_parallel = SEQUENCE_PARALLEL
     sp = tp if sequence_parallel and tp > 1 else 1  # what the sequence-split parts are divided by
     if recompute:
         return DTYPE_BYTES * h / sp

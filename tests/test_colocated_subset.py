@@ -13,6 +13,8 @@ GPUs it leaves out get the weights pushed, a cost the planner and the simulator 
 
 from __future__ import annotations
 
+import pytest
+
 import numpy as np
 
 from libra.cluster import ClusterSpec
@@ -37,6 +39,7 @@ def _planner(subset: bool = True, k: int = 1) -> Planner:
     return Planner(CLUSTER, make_evaluator(CLUSTER), SearchOptions(max_staleness=k, colocated_subset=subset))
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_the_default_prior_prices_a_time_shared_plan_on_fewer_gpus_when_all_of_them_hold_nothing() -> None:
     p = _planner()
     nominal = p._search((), PROMPTS, None, p_spec(p), bound=False)
@@ -59,6 +62,7 @@ def test_the_launch_hedge_then_prices_time_shared_in_every_scenario() -> None:
     assert res.hedge[loop_class(res.best)] == min(res.hedge.values())
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_engines_outside_the_trainer_get_the_weights_pushed() -> None:
     p = _planner()
     co = next(c for c in p._search((), PROMPTS, None, p_spec(p), bound=False).candidates if c.colocated)

@@ -72,6 +72,7 @@ def test_search_step_zero_is_predicted_at_its_own_scale() -> None:
     assert 0.5 <= ratio <= 2.0, (prior.predicted_rollout_s, known.predicted_rollout_s)  # before: ~25x
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_no_declared_limit_never_refuses_the_first_step() -> None:
     cl = ClusterSpec(16, "a800", "qwen3-32b")
     prompts = np.full(256, 1900, np.int64)
@@ -121,6 +122,7 @@ EXTREME_PROMPTS = np.full(700, 700, np.int64)
 EXTREME_CLUSTER = ClusterSpec(36, "h100", "qwen3-32b", workload="agent")
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_a_launch_the_prior_fits_only_on_an_extreme_split_is_time_shared_on_the_gpus_that_hold_it() -> None:
     """On 36 H100 with Qwen3-32B only 32 training GPUs hold the default prior's 65,536-token
     sequences, so every split the prior allows rolls out on 4 GPUs, and the hedge launched that at
@@ -152,6 +154,7 @@ def test_a_launch_the_prior_fits_on_a_reasonable_split_is_left_as_it_is() -> Non
     assert (plan.n_rollout_gpus, plan.n_train_gpus, plan.mode) == (alone.n_rollout_gpus, alone.n_train_gpus, alone.mode)
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_a_launch_the_prior_fits_only_on_an_extreme_split_is_planned_at_a_shorter_assumed_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where a time-shared plan must train on every GPU (a framework's colocated mode), the launch
     on 36 H100 / Qwen3-32B is the extreme 4:32 split again, and the policy plans it again at
@@ -177,6 +180,7 @@ def test_a_launch_the_prior_fits_only_on_an_extreme_split_is_planned_at_a_shorte
     assert plan.colocated or plan.n_rollout_gpus > 4
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_a_short_k1_launch_costing_a_scenario_a_third_more_is_planned_at_a_shorter_assumed_cap() -> None:
     """On 30 A100 with Qwen3-32B only 24 or more training GPUs hold twice the default prior's
     sequences, so a 4-step K=1 launch of short prompts rolled out on 6 GPUs, one TP-4 engine and
@@ -252,6 +256,7 @@ def test_the_regret_case_skips_a_cap_whose_launch_memory_forced() -> None:
     assert _pick(launches, incumbent) == ((8192, 6, False, 1.3), 8192)
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_a_k1_launch_of_long_prompts_on_48_a800_llama_70b_is_not_time_shared_by_a_forced_cap() -> None:
     """On 48 A800 with Llama-3.1-70B the prior fits only a time-shared launch (regret about 1.8
     over scenarios that price an async split at their best), and at an assumed 32,768 no split's
@@ -273,6 +278,7 @@ def test_a_k1_launch_of_long_prompts_on_48_a800_llama_70b_is_not_time_shared_by_
     assert on_policy.colocated and on_policy.notes["assumed_max_context"] == 32768
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_a_k1_launch_of_short_prompts_on_56_h100_llama_70b_is_not_forced_onto_one_engine() -> None:
     """On 56 H100 with Llama-3.1-70B nothing fits the default prior's 65,536 tokens, and at an
     assumed 32,768 only 48 training GPUs hold its sequences: every short log launched 8:48 at one
@@ -304,6 +310,7 @@ def test_with_nothing_fitting_the_prior_the_regret_rule_still_picks_the_cap() ->
     assert _pick(launches) == ((32768, 6, False, 1.1), 32768)
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_a_k1_launch_of_short_prompts_on_52_h100_llama_70b_is_not_one_engine_of_high_regret() -> None:
     """On 52 H100 with Llama-3.1-70B nothing fits the default prior's 65,536 tokens, and at an
     assumed 32,768 six training GPU counts hold the sequences (so the launch is not forced) but
@@ -322,6 +329,7 @@ def test_a_k1_launch_of_short_prompts_on_52_h100_llama_70b_is_not_one_engine_of_
     assert not plan.colocated and plan.n_rollout_gpus >= 16
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_a_launch_no_scenario_prices_has_its_class_regret_not_nan() -> None:
     """A launch no prior scenario priced at its split and loop class has its class's worst-case
     regret over those scenarios as its launch regret, not NaN (read as 1.0). On 52 H100 with Llama-3.1-70B at an assumed 32,768 tokens the

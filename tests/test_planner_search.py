@@ -360,6 +360,7 @@ def test_a_move_waits_for_the_training_measured_steps_forecast_not_the_priors(ev
             assert c.transition_s < plain + stale.predicted_train_s / 2
 
 
+@pytest.mark.usefixtures("without_sequence_parallelism")
 def test_no_training_limit_leaves_the_plans_unchanged(ev: CostEvaluator) -> None:
     """Pinned from the search (same history, same evaluator): without a limit the plans are the
     pinned ones, colocated in sync mode and 13:3 in async mode. Re-pinned for issue 10 (the RL step
