@@ -481,17 +481,7 @@ class Simulator:
         settle = getattr(self.policy, "settle_training", None)
         if settle is not None and job.feed is None:  # a complete batch: its micro-batch and recompute are set for it
             cfg = settle(plan, step, tuple(self.history))
-            # a time-shared plan that keeps the layout its trainer holds settles that layout (a
-            # change is a transition the plan did not make); its first training may re-lay, as a
-            # split's does (``libra.planner.settle.first_layout``), and so may a training the held
-            # layout cannot hold in memory, or one whose plan re-shards anyway (another layout than
-            # the held one) and whose planned layout cannot hold the batch (``memory_relayout``:
-            # the re-shard is charged below either way). Refusing that last case stopped Workbench
-            # on 38 H100 / Llama-3.1-70B, a time-shared plan moving to TP 1 x DP 38 whose batch
-            # brought 17,382 tokens it held at 16,896 (held_out_53, K = 0 and 1, SIMULATED)
-            replans = held is not None and not same_layout(plan.train, held[1]) and not self._holds(plan.train, step)
-            if cfg.n_gpus != plan.train.n_gpus or (plan.colocated and not same_layout(cfg, plan.train) and held is not None
-                                                   and not same_layout(cfg, held[1]) and self._holds(held[1], step) and not replans):
+            if cfg.n_gpus != plan.train.n_gpus or (plan.colocated and self._unplanned_relayout(plan, cfg, held, step)):
                 raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s training on {cfg}, not on its plan's "
                                       f"{plan.n_train_gpus} training GPUs ({plan.train}): a split change is a plan transition")
             job.settle(cfg)
@@ -656,6 +646,22 @@ class Simulator:
         job.settle(cfg)
         self._train_split[j] = max(len(own), cfg.n_gpus)
         return dataclasses.replace(plan, n_train_gpus=max(plan.n_train_gpus, cfg.n_gpus), train=cfg), extra
+
+    def _unplanned_relayout(self, plan: Plan, cfg: TrainConfig, held: tuple[Plan, TrainConfig] | None, step: StepArrays) -> bool:
+        """Whether a time-shared ``plan``'s settled ``cfg`` is a layout change the plan did not
+        make (a transition, refused). Allowed: the plan's layout or the one its trainer holds; any
+        layout at the first training (``libra.planner.settle.first_layout``); one that holds a
+        batch the held layout cannot (``memory_relayout``); and one that holds a batch the planned
+        layout cannot when the plan moves off the held layout anyway (the re-shard is charged
+        either way). Refusing that last case stopped Workbench on 38 H100 / Llama-3.1-70B, a
+        time-shared plan moving to TP 1 x DP 38 whose batch brought 17,382 tokens it held at
+        16,896 (held_out_53, K = 0 and 1, SIMULATED). The memory checks run only when the layouts
+        differ."""
+        if held is None or same_layout(cfg, plan.train) or same_layout(cfg, held[1]):
+            return False
+        if not self._holds(held[1], step):
+            return False
+        return same_layout(plan.train, held[1]) or self._holds(plan.train, step)
 
     def _holds(self, train: TrainConfig, step: StepArrays) -> bool:
         """Whether ``train`` holds ``step``'s longest sequence (prompt, generated and returned
