@@ -152,27 +152,50 @@ def test_an_async_plan_holds_the_kv_of_the_staleness_cycle() -> None:
     assert float(cycle.evicted_share(BucketLayout((4,), ()), 0, np.array([5.0]))[0]) > 0.4  # session 16's layout
 
 
-def test_a_cohort_under_step_priority_is_charged_no_eviction() -> None:
-    """Libra's router serves the older steps first on shared engines: a newer step's turn never
-    evicts an older step's parked KV (``sim.instance``), so the cohort's DP (``step_priority``)
-    charges no re-prefill where the plain one charges MCPMark's 25-60% evicted returns on three
-    TP-4 instances. On the true steps 0-1 on 28 B200 the pinned replay at 12:16 ran the two shared
-    steps in 781 and 743 s against 513 s alone (1.45-1.52x); this DP gives 649 against 440 (1.48x)
-    where the evicting one gave 1,770 (SIMULATED). The search prices the cohort so when asked
-    (``SearchOptions.step_priority``, off by default: it misses the newer step's wait for KV);
-    one step's DP keeps its evictions."""
+def test_a_cohort_under_step_priority_presses_as_one_step_and_waits_for_the_rest() -> None:
+    """Libra's routers serve the older steps first on shared engines: a newer step's turn never
+    evicts an older step's parked KV, it waits for free KV (``sim.instance``). So the cycle's DP
+    under step priority (``RolloutDP.step_priority``, ``steps`` = K + 1) charges each step's
+    returns the eviction one step alone has, and the cycle takes at least the rollout alone once
+    per wave its parked KV needs (``RolloutDP.waves``, ``Planner._cohort_s``), where the plain
+    DP (the baselines' engines, which evict LRU across steps) presses the whole cycle's KV.
+
+    MCPMark's first step: on three TP-4 instances of Llama-3.1-70B on B200 the plain cycle
+    re-prefills 43% of the returns (1,644 s of load against 473 s alone); under step priority
+    none (675 s) and 1.27 waves. On three TP-4 instances of Qwen3-32B on A100 one step alone
+    already evicts 31%, the cycle under step priority the same, and its KV needs both waves; its
+    cycle is priced at twice the rollout alone. Replayed on 46 A100 (held_out_53, K = 1) the
+    evicting price put two steps sharing two TP-8 engines at 4,671 s where they ran 1,419 s
+    (SIMULATED)."""
     from libra.trace.reader import TraceReader
 
     step = next(iter(TraceReader("experiments/data/held_out_38/mcpmark-community-mcp-agents-64k.jsonl.gz").steps()))
     planner = Planner(ClusterSpec(42, "b200", "llama-3.1-70b"))
-    assert not planner.options.step_priority
+    assert not planner.options.step_priority  # the baselines' engines; ``LibraPolicy`` sets it
     stats = compute_stats([step], np.tile(step.prompt_tokens, 2), tail_of=step.n)
-    plain, ranked = planner.rollout_dp(stats), planner.rollout_dp(stats, step_priority=True)
-    assert plain is not ranked and planner.rollout_dp(stats, step_priority=True) is ranked  # memoized apart
+    plain, ranked = planner.rollout_dp(stats), planner.rollout_dp(stats, step_priority=True, steps=2)
+    assert plain is not ranked and planner.rollout_dp(stats, step_priority=True, steps=2) is ranked  # memoized apart
+    assert planner.rollout_dp(stats, step_priority=True) is not ranked
+    alone = planner.rollout_dp(compute_stats([step], step.prompt_tokens))
     layout, m = BucketLayout((4,), ()), np.array([3.0])
     assert float(plain.evicted_share(layout, 0, m)[0]) > 0.25
-    load_plain, tail_plain = plain.raw_times(layout, 0, m)
-    load_ranked, tail_ranked = ranked.raw_times(layout, 0, m)
+    assert float(ranked.evicted_share(layout, 0, m)[0]) == pytest.approx(float(alone.evicted_share(layout, 0, m)[0]))
+    load_plain, _ = plain.raw_times(layout, 0, m)
+    load_ranked, _ = ranked.raw_times(layout, 0, m)
+    alone_load, _ = alone.raw_times(layout, 0, m)
     assert float(load_ranked[0]) < 0.6 * float(load_plain[0])
-    alone_load, _ = planner.rollout_dp(compute_stats([step], step.prompt_tokens)).raw_times(layout, 0, m)
     assert float(load_ranked[0]) > 1.2 * float(alone_load[0])  # two steps' work still shares the engines
+    assert 1.1 < ranked.waves(layout, [3]) < 2.0 and plain.waves(layout, [3]) == 1.0
+    assert ranked.evicts(layout, [3])  # the cycle does not fit together: offered the cycle's layout (K >= 2)
+    assert ranked.waves(layout, [12]) == 1.0  # twelve instances hold both steps
+
+    a100 = Planner(ClusterSpec(46, "a100", "qwen3-32b"), options=SearchOptions(tps=(4,), max_buckets=1, step_priority=True))
+    one = a100.rollout_dp(compute_stats([step], step.prompt_tokens))
+    cycle = a100.rollout_dp(stats, step_priority=True, steps=2)
+    ro = one.best(12)
+    assert ro is not None and ro.layout == layout and list(ro.counts) == [3]
+    assert float(one.evicted_share(layout, 0, m)[0]) > 0.25
+    assert float(cycle.evicted_share(layout, 0, m)[0]) == pytest.approx(float(one.evicted_share(layout, 0, m)[0]))
+    assert cycle.waves(layout, [3]) == 2.0  # at most the K + 1 steps: then they run one after another
+    assert Planner._cohort_s(cycle, ro) == pytest.approx(max(cycle.scenario_makespan(layout, [3], 0.0), 2.0 * ro.makespan_s))
+    assert Planner._cohort_s(cycle, ro) >= 2.0 * ro.makespan_s

@@ -194,18 +194,27 @@ class RolloutDP:
         nvlink_domain: int | None = None,
         tool_kv: str = "keep",
         step_priority: bool = False,
+        steps: int = 1,
     ) -> None:
         """``nvlink_domain``: GPUs per NVLink domain, the bin instances pack into (default
         ``gpus_per_node``; 72 on GB200 NVL72, whose 4-GPU nodes a TP-8 instance spans).
         ``tool_kv``: whether the engines keep a trajectory's KV through its tool calls ("keep",
         evictable: ``evicted_share``) or release it ("release": every return prefills its whole
-        context again)."""
+        context again). ``steps``: how many steps' trajectories ``stats`` holds sharing the
+        engines at once (an async staleness cycle: K + 1). ``step_priority``: those engines serve
+        the older steps first (``sim.instance``: a newer step's turn waits for free KV instead of
+        evicting an older step's), so each step's parked KV presses on them as one step's does
+        (``evicted_share``) and the cycle runs in waves where the steps' KV does not fit together
+        (``waves``)."""
         if not 1 <= max_buckets <= 2:
             raise ValueError(f"max_buckets must be 1 or 2, got {max_buckets}")
         if tool_kv not in TOOL_KV_MODES:
             raise ValueError(f"tool_kv must be one of {TOOL_KV_MODES}, got {tool_kv!r}")
+        if steps < 1:
+            raise ValueError(f"steps must be at least 1, got {steps}")
         self.tool_kv = tool_kv
         self.step_priority = step_priority
+        self.steps = int(steps)
         self.stats = stats
         self.table = table
         self.gpus_per_node = gpus_per_node
@@ -270,7 +279,7 @@ class RolloutDP:
         m = np.asarray(m, np.float64)
         # KV parked in tool calls that the instances cannot hold is evicted and prefilled again
         # at the return (``kv_pressure``): the bucket's and the tail's prefill grow by that share
-        evicted = np.zeros_like(m) if self.step_priority else self.evicted_share(layout, b, m)
+        evicted = self.evicted_share(layout, b, m)
         ppt = self.prefill_rates(layout, b, m)  # seconds per prefilled token, per m
         if evicted.any():
             P = P + evicted * float(s.return_ctx[lo:hi].sum())
@@ -335,27 +344,68 @@ class RolloutDP:
         rates = np.array([self.table.prefill_rate(t, mean_new, 0.0, int(k)) for k in uniq])
         return rates[inv].reshape(ks.shape)
 
+    def _resident_kv(self, layout: BucketLayout, b: int) -> tuple[float, float]:
+        """Bucket ``b``'s parked KV held at once (its cells' ``resident_ctx`` times
+        ``inflight_ratio``, over every step the statistics hold) and one instance's KV capacity."""
+        s = self.stats
+        lo, hi = self._cell_ranges(layout)[b]
+        cap = float(self.table.kv_capacity.get(layout.tps[b], 0))
+        return float(s.resident_ctx[lo:hi].sum()) * float(s.inflight_ratio), cap
+
     def evicted_share(self, layout: BucketLayout, b: int, m: np.ndarray) -> np.ndarray:
         """The share of bucket ``b``'s tool returns whose parked KV was evicted, per instance
         count ``m`` (``kv_pressure`` of the KV its trajectories hold in flight over an
-        instance's KV capacity); zeros when the statistics carry no resident KV."""
-        s = self.stats
+        instance's KV capacity); zeros when the statistics carry no resident KV. Under step
+        priority the pressure is one step's (the KV of ``steps`` steps over ``steps``): a newer
+        step's turn takes only free KV, so it waits rather than evicting (``waves`` prices the
+        wait), and each step's returns find their KV as a step alone does.
+
+        Why one step's: the cycle's whole KV (two steps at K = 1) put MCPMark's two steps on two
+        TP-8 instances of Qwen3-32B on 46 A100 at a pressure where 93% of the returns re-prefill,
+        a 4,671 s cycle, where the simulator ran them in 1,419 s (0 and 272 evictions); the
+        ratio taught the async pace 0.30 and the next layout was priced at half what it ran
+        (held_out_53 mcpmark-64k/a100-46-32b/K1, SIMULATED)."""
         m = np.asarray(m, np.float64)
         if self.tool_kv == "release":
             return np.ones_like(m)
-        if not len(s.resident_ctx):
+        if not len(self.stats.resident_ctx):
             return np.zeros_like(m)
-        lo, hi = self._cell_ranges(layout)[b]
-        cap = float(self.table.kv_capacity.get(layout.tps[b], 0))
-        resident = float(s.resident_ctx[lo:hi].sum()) * float(s.inflight_ratio)  # what is held at once
+        resident, cap = self._resident_kv(layout, b)
+        if self.step_priority:
+            resident /= self.steps
         if cap <= 0 or resident <= 0:
             return np.zeros_like(m)
         return kv_pressure(resident / m / cap)
 
+    def waves(self, layout: BucketLayout, counts: Sequence[int]) -> float:
+        """Under step priority, how many times over the ``steps`` steps' parked KV fills the
+        instances' KV (the largest over the buckets, between 1 and ``steps``): a newer step's
+        turns wait for what the older step frees, so the cycle takes at least that many times
+        one step's rollout alone (``Planner._cohort_s``). 1 without step priority (the evicting
+        price charges the overflow as re-prefill instead), for one step, or with tool KV released.
+
+        Why: priced with one step's pressure and no wait, the cycle of Workbench's steps on
+        three TP-4 instances of Qwen3-32B (50 A100, K = 1) looked free and the shared rollouts
+        replayed at 2-2.7x their lower bound (held_out_51, SIMULATED); MCPMark's two steps on
+        three TP-4 instances of Qwen3-32B (46 A100) hold 2.4 times the instances' KV and
+        replayed 2,853 s and 3,106 s sharing the engines against 1,770 s and 1,311 s predicted
+        alone (the wave-floored cycle at the measured overlap: 2,888 and 2,072 s; the evicting
+        price 4,781 and 3,624 s; SIMULATED)."""
+        if not self.step_priority or self.steps <= 1 or self.tool_kv == "release" or not len(self.stats.resident_ctx):
+            return 1.0
+        out = 1.0
+        for b, m in enumerate(counts):
+            resident, cap = self._resident_kv(layout, b)
+            if cap > 0 and m >= 1:
+                out = max(out, min(float(self.steps), resident / float(m) / cap))
+        return out
+
     def evicts(self, layout: BucketLayout, counts: Sequence[int]) -> bool:
-        """Whether ``layout`` with ``counts`` instances per bucket is predicted to evict parked KV
-        on these statistics (``evicted_share`` above 0 in some bucket; always under "release")."""
-        return any(float(self.evicted_share(layout, b, np.array([float(m)]))[0]) > 0.0 for b, m in enumerate(counts))
+        """Whether ``layout`` with ``counts`` instances per bucket is predicted not to hold these
+        statistics' parked KV: evicting some (``evicted_share`` above 0 in some bucket; always
+        under "release"), or, under step priority, making the cycle wait for it (``waves``)."""
+        return (any(float(self.evicted_share(layout, b, np.array([float(m)]))[0]) > 0.0 for b, m in enumerate(counts))
+                or self.waves(layout, counts) > 1.0)
 
     def _start_s(self, t: int, m: np.ndarray, bcap: float, share: np.ndarray, b_tail: np.ndarray,
                  iteration_s: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:

@@ -229,14 +229,19 @@ class SearchOptions:
     #: each step's rollout is a batch whose tail gates the next (libra-run's async loop), priced
     #: max(rollout makespan, train + sync)
     continuous: bool = True
-    #: True: the staleness cycle's cohort is priced with no parked KV evicted
-    #: (``RolloutDP.step_priority``), as engines serving the older steps first run it (Libra's
-    #: router, ``libra.scheduling.base.WorkConserving.step_priority``). Off by default: that price
-    #: charges neither eviction nor the newer step's wait for KV, and on held_out_51 it launched
-    #: Workbench on 50 A100 / Qwen3-32B at K = 1 on 3 TP-4 engines for 14 rollout GPUs that then
-    #: ran their shared rollouts at 2-2.7x their lower bound (0.786x of verl-static-uniform, 0.949x
-    #: with the evicting price; SIMULATED). The evicting price over-charges the cohort where the
-    #: engines keep the older step's KV, so the planner errs towards layouts that hold it.
+    #: True: the engines serve the older steps first (Libra's routers,
+    #: ``libra.scheduling.base.WorkConserving.step_priority``; ``sim.instance``), so the staleness
+    #: cycle's cohort is priced with each step's parked KV evicted as one step's is and with the
+    #: wait for KV the steps cannot hold together (``RolloutDP.step_priority``, ``RolloutDP.waves``,
+    #: ``_cohort_s``); ``LibraPolicy`` sets it. False (the baselines' routers, which let a newer
+    #: step's turn evict an older step's KV): the cycle's whole KV presses on the engines. Until
+    #: session 45 Libra was priced with the evicting cycle too: the price without evictions or
+    #: the wait had launched Workbench on 50 A100 / Qwen3-32B at K = 1 on 3 TP-4 engines that
+    #: ran their shared rollouts at 2-2.7x their lower bound (held_out_51, 0.786x; SIMULATED),
+    #: and the evicting price over-charged the cycle several times over where the engines keep
+    #: the older step's KV (MCPMark on 46 A100 / Qwen3-32B: 4,671 s for two shared steps the
+    #: simulator ran in 1,419 s), which taught the async pace 0.30 and priced the next split at
+    #: half what it ran (held_out_53, 0.841x of verl-colocated; SIMULATED).
     step_priority: bool = False
     #: the first step of a workload of undeclared kind is planned by ``Planner.hedged_search``
     #: (the loop class of least worst-case regret over the known kinds' priors); False: from the
@@ -732,9 +737,9 @@ class Planner:
         return float(max(1, min(self.options.amortize_steps, int(self.options.run_steps) - done)))
 
     # ---- feedback from steps run -------------------------------------------------------------
-    def _hindsight_dp(self, plan: Plan, stats: WorkloadStats, max_buckets: int) -> RolloutDP:
+    def _hindsight_dp(self, plan: Plan, stats: WorkloadStats, max_buckets: int, steps: int = 1) -> RolloutDP:
         return RolloutDP(stats, self.table, self.cluster.gpus_per_node, plan.n_rollout_gpus, self.tps, max_buckets, self.nvlink_domain,
-                         self.options.tool_kv)
+                         self.options.tool_kv, step_priority=self.options.step_priority, steps=steps)
 
     def hindsight_rollout_s(self, plan: Plan, step: StepArrays, stats: WorkloadStats | None = None) -> float:
         """What the load model predicts for ``plan``'s rollout layout fed ``step``'s own
@@ -762,10 +767,16 @@ class Planner:
             return float("nan")
         k = max(1, int(plan.max_staleness or self.options.max_staleness))
         stats = compute_stats([step], np.tile(step.prompt_tokens, k + 1), window=1, tail_of=step.n)
-        dp = self._hindsight_dp(plan, stats, max(1, len(plan.buckets)))
+        dp = self._hindsight_dp(plan, stats, max(1, len(plan.buckets)), steps=k + 1)
         if not dp.feasible(layout):
             return float("nan")
-        return float(dp.evaluate(layout, counts)[0])
+        cycle = float(dp.evaluate(layout, counts)[0])
+        waves = dp.waves(layout, counts)
+        if waves > 1.0:  # as ``_cohort_s`` prices it: at least the rollout alone, once per wave
+            alone = self.hindsight_rollout_s(plan, step)
+            if np.isfinite(alone):
+                cycle = max(cycle, alone * waves)
+        return cycle
 
     def hindsight_shared_s(self, outcome: StepOutcome) -> float:
         """The model's rollout of a step that shared its engines, fed its own trajectories: the
@@ -807,16 +818,17 @@ class Planner:
         return kept
 
     # ---- pieces --------------------------------------------------------------------------------
-    def rollout_dp(self, stats: WorkloadStats, step_priority: bool = False) -> RolloutDP:
-        """The memoized rollout DP for a statistics digest. ``step_priority``: the statistics are
-        several steps' sharing the engines under Libra's router, whose older steps' parked KV is
-        never evicted for a newer step's turn (``RolloutDP.step_priority``)."""
-        key = (stats.digest, step_priority)
+    def rollout_dp(self, stats: WorkloadStats, step_priority: bool = False, steps: int = 1) -> RolloutDP:
+        """The memoized rollout DP for a statistics digest. ``steps``: the statistics are that
+        many steps' sharing the engines (the staleness cycle); ``step_priority``: under a router
+        that serves the older steps first, whose parked KV is never evicted for a newer step's
+        turn (``RolloutDP.step_priority``, ``RolloutDP.waves``)."""
+        key = (stats.digest, step_priority, steps)
         dp = self._dps.get(key)
         if dp is None:
             dp = RolloutDP(stats, self.table, self.cluster.gpus_per_node, self.cluster.n_gpus,
                            tps=self.options.tps, max_buckets=self.options.max_buckets, nvlink_domain=self.nvlink_domain,
-                           tool_kv=self.options.tool_kv, step_priority=step_priority)
+                           tool_kv=self.options.tool_kv, step_priority=step_priority, steps=steps)
             if len(self._dps) > 48:  # keep the memo bounded over a long run (a search uses up to 10: ``TAIL_SCENARIOS``)
                 self._dps.pop(next(iter(self._dps)))
             self._dps[key] = dp
@@ -1286,14 +1298,15 @@ class Planner:
             # resolves (its one runaway sample moved the cycle 20.9 -> 39.7 s in one step, and
             # Libra left async for a streamed loop that replayed 43 s: search-drift, 48 H200, K=1)
             dp_cohort = self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window,
-                                                      prior=spec, tail_of=len(prompts)), self.options.step_priority)
+                                                      prior=spec, tail_of=len(prompts)), self.options.step_priority, k_async + 1)
         # the same statistics with the tail rows at each of ``TAIL_SCENARIOS``: the expected step
         # is averaged over where the step's longest trajectory may fall
         tail_dps = [self.rollout_dp(compute_stats(history, prompt_tokens, window=self.options.window, prior=spec, tail_quantile=u))
                     for u in TAIL_SCENARIOS]
         tail_cohort_dps = [] if dp_cohort is None or prompts is None else [
             self.rollout_dp(compute_stats(history, np.tile(np.asarray(prompts), k_async + 1), window=self.options.window, prior=spec,
-                                          tail_of=len(prompts), tail_quantile=u), self.options.step_priority) for u in TAIL_SCENARIOS]
+                                          tail_of=len(prompts), tail_quantile=u), self.options.step_priority, k_async + 1)
+            for u in TAIL_SCENARIOS]
         tail_memo: dict[int, np.ndarray] = {}
 
         def tails_of(ro: RolloutChoice) -> np.ndarray:
@@ -1404,7 +1417,8 @@ class Planner:
             cohort_raw = self._cohort_s(dp_cohort, ro) if dp_cohort is not None else None
             cohort_s = cohort_raw * corr * pipe if cohort_raw is not None else None
             tails_s = tails_of(ro) * corr  # the rollout per tail scenario
-            tails_cohort = (self._tail_makespans(tail_cohort_dps, ro, cohort_raw) * corr * pipe if cohort_raw is not None and tail_cohort_dps
+            tails_cohort = (np.maximum(self._tail_makespans(tail_cohort_dps, ro, cohort_raw), tails_of(ro) * self._waves(dp_cohort, ro))
+                            * corr * pipe if cohort_raw is not None and tail_cohort_dps
                             else np.full(len(tails_s), np.nan if cohort_s is None else cohort_s))
             # a two-bucket layout must win clearly against every one-bucket plan, not only those
             # on its own GPU budget (the DP's rule): ranked with its rollout that much slower
@@ -1584,10 +1598,20 @@ class Planner:
     @staticmethod
     def _cohort_s(dp: RolloutDP, ro: RolloutChoice) -> float:
         """The model's makespan of ``ro``'s layout running the staleness cycle's K + 1 steps at
-        once (``dp`` holds their statistics); NaN when the layout cannot hold them."""
+        once (``dp`` holds their statistics); NaN when the layout cannot hold them. Under step
+        priority at least ``ro``'s rollout alone times the waves the cycle's parked KV needs
+        (``RolloutDP.waves``): the newer step's turns wait for the KV the older one frees."""
         if not ro.counts or min(ro.counts) < 1 or not dp.feasible(ro.layout):
             return float("nan")
-        return dp.choice_for(ro.layout, list(ro.counts), ro.instances, ro.buckets, ro.n_gpus).makespan_s
+        cycle = dp.choice_for(ro.layout, list(ro.counts), ro.instances, ro.buckets, ro.n_gpus).makespan_s
+        return max(cycle, ro.makespan_s * Planner._waves(dp, ro))
+
+    @staticmethod
+    def _waves(dp: RolloutDP | None, ro: RolloutChoice) -> float:
+        """``RolloutDP.waves`` of ``ro``'s layout on the cycle's DP (1 without one or counts)."""
+        if dp is None or not ro.counts or min(ro.counts) < 1:
+            return 1.0
+        return dp.waves(ro.layout, list(ro.counts))
 
     @staticmethod
     def _tail_makespans(dps: Sequence[RolloutDP], ro: RolloutChoice, nominal: float) -> np.ndarray:

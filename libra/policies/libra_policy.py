@@ -97,6 +97,9 @@ class LibraPolicy:
             continuous=o.continuous,
             micro_batch=o.micro_batch,
             tool_kv=o.tool_kv,
+            # every router Libra runs serves the older steps first on shared engines
+            # (``WorkConserving.step_priority``): the cycle is priced as those engines run it
+            step_priority=True,
         )
         self._cluster: ClusterSpec | None = None
         self._ev: CostModel | None = o.ev

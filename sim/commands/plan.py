@@ -128,7 +128,9 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--mode async needs --max-staleness K >= 1 (the staleness the RL algorithm tolerates)")
     # the run's length, as libra-sim replay gives the policy (``PolicyOptions.run_steps``): a
     # plan shown for a trace's step is the one its replay's planner would price
-    opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2, run_steps=run_steps)
+    # Libra's routers serve the older steps first on shared engines (``LibraPolicy`` prices that)
+    opts = SearchOptions(mode=args.mode, max_staleness=args.max_staleness, max_buckets=1 if args.homogeneous else 2, run_steps=run_steps,
+                         step_priority=True)
     from libra.planner.assumed_cap import ASSUMED_CAPS
 
     ev = None
