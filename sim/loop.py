@@ -608,8 +608,9 @@ class Simulator:
         back at the next training are the caller's layout-change charges. A streamed step is not
         streamed: its training waits for the complete batch (the rollout's end) first, so its
         streamed overlap is lost whole, a charge at least that of streaming the mini-batches
-        before the long one. Without the hook, a time-shared plan, or no strategy that holds it:
-        the step fails, as a real trainer runs out of memory.
+        before the long one. A time-shared plan's training, on every GPU, may run on fewer of them
+        the same way (its engines' switches are priced at the strategy it trains). Without the
+        hook, or no strategy that holds it: the step fails, as a real trainer runs out of memory.
 
         Why: at K >= 1 a plan is made before the batch it trains exists, and a later step can
         bring a longer sequence than any before: MiniSWE on 44 A800 (Qwen3-14B, K=1) brought
@@ -617,9 +618,13 @@ class Simulator:
         and the run stopped where verl-colocated and areal-static-optimal ran (held_out_35,
         SIMULATED). A streamed one: ToolBench DFSDT on 38 H200 / Llama-3.1-70B (K = 0) brought a
         44,924-token sequence at streamed step 2 that no layout of its 16 training GPUs holds
-        (32 do), and the run stopped where verl-static-uniform ran (held_out_49, SIMULATED)."""
+        (32 do), and the run stopped where verl-static-uniform ran (held_out_49, SIMULATED). A
+        time-shared one (refused until session 45): on 38 H100 only TP 1 and 2 lay Llama-3.1-70B
+        over all 38 GPUs, none holds SWE-agent's 35,968-token step where 32 of them at TP 4 do,
+        and Libra's time-shared launch stopped at step 0 (held_out_53 sweagent-rep/h100-38-l70b/K1
+        on session 45's cohort price, SIMULATED)."""
         ask = getattr(self.policy, "oversized_training", None)
-        if ask is None or plan.colocated:
+        if ask is None:
             raise SimulationError(self._oom_message(step, plan))
         if job.feed is not None:
             yield self.env.all_of(job.feed.ready)

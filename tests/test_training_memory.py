@@ -375,3 +375,30 @@ def test_a_synchronous_loop_trains_an_outgrown_batch_on_the_fastest_count() -> N
     tokens, seq, _ = batch_shape(tree, step, [step], None, 44)
     timer = training_time_fn(tree.costs, tokens, seq)
     assert timer(after) + tree.costs.return_s(after, 8) < timer(during)
+
+
+def test_a_time_shared_batch_no_layout_of_its_gpus_holds_trains_on_fewer_of_them() -> None:
+    """A time-shared plan trains on every GPU, and a GPU count the tensor-parallel degrees do not
+    divide may hold no long sequence: on 38 H100 only TP 1 and 2 lay Llama-3.1-70B over all 38,
+    and none holds SWE-agent's 35,968-token step, which 32 of them at TP 4 do. The simulator had
+    refused every outgrown time-shared batch, and Libra's run stopped at step 0 (held_out_53
+    sweagent-rep/h100-38-l70b/K1 once its launch went time-shared, SIMULATED). Like a split's, the
+    batch trains on the count ``oversized_training`` picks, fewer of its GPUs (the re-shard there
+    and back charged as layout changes); without the hook it still fails."""
+    gpu, model, n_gpus = "h100", "llama-3.1-70b", 38
+    steps = [make_step(0, 8, seed=5), make_step(1, 8, seed=5, turns=(5, 5), gen=(7000, 7100)), make_step(2, 8, seed=6)]
+    plan = Plan(n_rollout_gpus=n_gpus, n_train_gpus=n_gpus, train=TrainConfig(tp=2, pp=1, dp=19, zero_stage=3, recompute=True),
+                instances=uniform_instances(n_gpus, 8, 8), buckets=(Bucket(0, 8, 0, None),), colocated=True)
+
+    def run(hook: bool) -> tuple[Any, Outgrows]:
+        pol = Outgrows(plan, gpu, model, n_gpus, hook)
+        res = Simulator(steps, pol, ClusterSpec(n_gpus, gpu, model), SimCosts(CostEvaluator(gpu, model)), SimConfig(noise_sigma=0.0)).run()
+        return res, pol
+
+    with pytest.raises(SimulationError, match=r"cannot train step 1: its longest sequence .* does not fit in memory"):
+        run(hook=False)
+    res, pol = run(hook=True)
+    assert res.completed == res.expected
+    assert len(pol.asked) == 1 and pol.asked[0] is not None and pol.asked[0].n_gpus < n_gpus
+    assert res.steps[1].transition_s > 0.0 and res.steps[2].transition_s > 0.0  # the re-shard there and back
+    assert res.steps[0].transition_s == 0.0
