@@ -384,10 +384,10 @@ class RolloutDP:
         one step's rollout alone (``Planner._cohort_s``). 1 without step priority (the evicting
         price charges the overflow as re-prefill instead), for one step, or with tool KV released.
 
-        Why: priced with one step's pressure and no wait, the cycle of Workbench's steps on
-        three TP-4 instances of Qwen3-32B (50 A100, K = 1) looked free and the shared rollouts
-        replayed at 2-2.7x their lower bound (held_out_51, SIMULATED); MCPMark's two steps on
-        three TP-4 instances of Qwen3-32B (46 A100) hold 2.4 times the instances' KV and
+        Why: priced with no eviction and no wait (session 42's price), the cycle of Workbench's
+        steps on three TP-4 instances of Qwen3-32B (50 A100, K = 1) looked cheap and the shared
+        rollouts replayed at 2-2.7x their lower bound (held_out_51, SIMULATED); MCPMark's two
+        steps on three TP-4 instances of Qwen3-32B (46 A100) hold 2.3-2.4 times the instances' KV and
         replayed 2,853 s and 3,106 s sharing the engines against 1,770 s and 1,311 s predicted
         alone (the wave-floored cycle at the measured overlap: 2,888 and 2,072 s; the evicting
         price 4,781 and 3,624 s; SIMULATED)."""
