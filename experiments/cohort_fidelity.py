@@ -27,7 +27,6 @@ engines' KV when two steps share them; the Negotiation log and the generated sea
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 from collections import Counter
@@ -38,6 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from exp_common import write_csv  # noqa: E402
 from libra.cluster import ClusterSpec  # noqa: E402
 from libra.planner.feedback import StepOutcome  # noqa: E402
 from libra.planner.search import Planner, SearchOptions  # noqa: E402
@@ -133,10 +133,7 @@ def main() -> None:
     print(f"{'all':26s} spread: evicting {_spread([float(r['evicting_ratio']) for r in rows]):.3f}  "
           f"priority {_spread([float(r['priority_ratio']) for r in rows]):.3f}  ({len(rows)} steps)")
     if args.csv and rows:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
+        write_csv(Path(args.csv), rows)
 
 
 if __name__ == "__main__":
