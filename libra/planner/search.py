@@ -755,11 +755,13 @@ class Planner:
         stats = stats if stats is not None else compute_stats([step], step.prompt_tokens, window=1)
         return float(self._hindsight_dp(plan, stats, max(1, len(plan.buckets))).evaluate(layout, counts)[0])
 
-    def hindsight_cycle_s(self, plan: Plan, step: StepArrays) -> float:
+    def hindsight_cycle_s(self, plan: Plan, step: StepArrays, alone_s: float | None = None) -> float:
         """The model's staleness-cycle makespan (``_cohort_s``: K + 1 steps sharing the engines)
         of ``plan``'s layout fed ``step``'s own trajectories K + 1 times over, its tail one step's
         (as the search prices it); what a step that shared its engines is compared with
-        (``RolloutCalibration.pipelined_factor``). NaN when the layout cannot be evaluated."""
+        (``RolloutCalibration.pipelined_factor``). NaN when the layout cannot be evaluated.
+        ``alone_s``: ``hindsight_rollout_s`` of the same step when the caller has it (the floor
+        of a cycle that waits for KV, ``RolloutDP.waves``); computed here otherwise."""
         if not plan.buckets or not plan.instances or not step.n:
             return float("nan")
         layout, counts = plan_layout(plan)
@@ -773,7 +775,7 @@ class Planner:
         cycle = float(dp.evaluate(layout, counts)[0])
         waves = dp.waves(layout, counts)
         if waves > 1.0:  # as ``_cohort_s`` prices it: at least the rollout alone, once per wave
-            alone = self.hindsight_rollout_s(plan, step)
+            alone = self.hindsight_rollout_s(plan, step) if alone_s is None else alone_s
             if np.isfinite(alone):
                 cycle = max(cycle, alone * waves)
         return cycle
@@ -785,11 +787,9 @@ class Planner:
         as the async price mixes them; the whole cycle when the backend measured no overlap.
         What an overlapped step's measured rollout is compared with (``pipelined_factor``)."""
         plan, step = outcome.plan, outcome.trajectories
-        cycle = self.hindsight_cycle_s(plan, step)
-        if outcome.overlap is None or not np.isfinite(cycle):
-            return cycle
-        alone = self.hindsight_rollout_s(plan, step)
-        if not np.isfinite(alone):
+        alone = self.hindsight_rollout_s(plan, step)  # the mix's and the cycle's floor: predicted once
+        cycle = self.hindsight_cycle_s(plan, step, alone)
+        if outcome.overlap is None or not np.isfinite(cycle) or not np.isfinite(alone):
             return cycle
         k = max(1, int(plan.max_staleness or self.options.max_staleness))
         return shared_rollout_s(alone, cycle, k, float(outcome.overlap))
@@ -1414,10 +1414,11 @@ class Planner:
             pipe = correction.pipelined
             load_s = ro.throughput_s * corr * pipe if continuous else None
             k = k_async
-            cohort_raw = self._cohort_s(dp_cohort, ro) if dp_cohort is not None else None
+            waves = self._waves(dp_cohort, ro)  # the cycle's floor in KV waves, for its price and its tails'
+            cohort_raw = self._cohort_s(dp_cohort, ro, waves) if dp_cohort is not None else None
             cohort_s = cohort_raw * corr * pipe if cohort_raw is not None else None
             tails_s = tails_of(ro) * corr  # the rollout per tail scenario
-            tails_cohort = (np.maximum(self._tail_makespans(tail_cohort_dps, ro, cohort_raw), tails_of(ro) * self._waves(dp_cohort, ro))
+            tails_cohort = (np.maximum(self._tail_makespans(tail_cohort_dps, ro, cohort_raw), tails_of(ro) * waves)
                             * corr * pipe if cohort_raw is not None and tail_cohort_dps
                             else np.full(len(tails_s), np.nan if cohort_s is None else cohort_s))
             # a two-bucket layout must win clearly against every one-bucket plan, not only those
@@ -1596,15 +1597,16 @@ class Planner:
         return dp.choice_for(ro.layout, list(ro.counts), ro.instances, ro.buckets, ro.n_gpus)
 
     @staticmethod
-    def _cohort_s(dp: RolloutDP, ro: RolloutChoice) -> float:
+    def _cohort_s(dp: RolloutDP, ro: RolloutChoice, waves: float | None = None) -> float:
         """The model's makespan of ``ro``'s layout running the staleness cycle's K + 1 steps at
         once (``dp`` holds their statistics); NaN when the layout cannot hold them. Under step
         priority at least ``ro``'s rollout alone times the waves the cycle's parked KV needs
-        (``RolloutDP.waves``): the newer step's turns wait for the KV the older one frees."""
+        (``RolloutDP.waves``; ``waves``: that number when the caller has it): the newer step's
+        turns wait for the KV the older one frees."""
         if not ro.counts or min(ro.counts) < 1 or not dp.feasible(ro.layout):
             return float("nan")
         cycle = dp.choice_for(ro.layout, list(ro.counts), ro.instances, ro.buckets, ro.n_gpus).makespan_s
-        return max(cycle, ro.makespan_s * Planner._waves(dp, ro))
+        return max(cycle, ro.makespan_s * (Planner._waves(dp, ro) if waves is None else waves))
 
     @staticmethod
     def _waves(dp: RolloutDP | None, ro: RolloutChoice) -> float:
