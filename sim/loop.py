@@ -242,6 +242,7 @@ class Simulator:
         self._plans: list[Plan | None] = [None] * n  # each step's plan, as the policy made it
         self._latest_planned = -1  # the last step planned (the driver plans in order)
         self._train_split: list[int | None] = [None] * n  # training GPUs a step trained on, when a later plan's (``_adopt``)
+        self._rollout_split: list[int | None] = [None] * n  # its rollout GPUs, when its training took idle ones (``_take_idle_rollout_gpus``)
         self._held_train: tuple[Plan, Any] | None = None  # (plan, strategy) of the last training: what the trainer holds
         self._charged: list[list[float]] = [[0.0, 0.0] for _ in range(n)]  # transition charged: rollout side, training side
         self._step_loop: list[tuple[str, int]] = [("sync", 0)] * n  # (loop that ran, staleness)
@@ -481,11 +482,15 @@ class Simulator:
         settle = getattr(self.policy, "settle_training", None)
         if settle is not None and job.feed is None:  # a complete batch: its micro-batch and recompute are set for it
             cfg = settle(plan, step, tuple(self.history))
-            if cfg.n_gpus != plan.train.n_gpus or (plan.colocated and self._unplanned_relayout(plan, cfg, held, step)):
+            spare = cfg.n_gpus > plan.train.n_gpus and cfg.n_gpus - plan.n_train_gpus <= plan.idle_rollout_gpus
+            if (cfg.n_gpus != plan.train.n_gpus and not spare) or (plan.colocated and self._unplanned_relayout(plan, cfg, held, step)):
                 raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s training on {cfg}, not on its plan's "
-                                      f"{plan.n_train_gpus} training GPUs ({plan.train}): a split change is a plan transition")
+                                      f"{plan.n_train_gpus} training GPUs ({plan.train}) or those and its {plan.idle_rollout_gpus} "
+                                      f"rollout GPUs that run no engine: a split change is a plan transition")
+            if spare:
+                yield from self._take_idle_rollout_gpus(j, step, plan, job, cfg, owner)
             job.settle(cfg)
-            plan = dataclasses.replace(plan, train=cfg)
+            plan = plan.with_training(cfg)
         streamed_knobs = getattr(self.policy, "streamed_knobs", None)
         if job.feed is not None and streamed_knobs is not None and self.cfg.train_memory_check and not self._holds(plan.train, step):
             # a streamed step brought a sequence its plan's knobs cannot hold: the trainer forms
@@ -558,6 +563,34 @@ class Simulator:
             ev.callbacks.append(lambda _e, g=loan.gpus, o=("return", id(job)): self.ledger.release(g, o))
         return ts, switch_in, switch_out, sync
 
+    def _take_idle_rollout_gpus(self, j: int, step: StepArrays, plan: Plan, job: TrainJob, cfg: TrainConfig,
+                                owner: tuple[str, int]) -> Generator[Any, Any, None]:
+        """Step ``j``'s training on ``cfg``'s GPUs: its plan's training GPUs and the plan's rollout
+        GPUs that no instance runs on (``Plan.idle_rollout_gpus``), the next ones by the planner's
+        rule (``train_gpu_ids``), booked like the rest for the training; a policy settled that
+        layout (``Policy.settle_training``: ``libra.planner.settle.first_layout`` at the first
+        training; a later step under a plan made before it trains there too). The re-shard is
+        the caller's layout-change charge; the next plan's transition starts from the split
+        trained (the GPUs taken hold training state when an engine moves there). Why: no engine
+        runs on those GPUs, so a real trainer can take them without moving any rollout
+        (held_out_54 fever-react/h100-42-l70b/K1: two of 18 rollout GPUs idle beside two TP-8
+        engines for the run, SIMULATED)."""
+        n_gpus = cfg.n_gpus
+        gpus = train_gpu_ids(self.cluster.n_gpus, n_gpus, False, plan.instances, self.gpn)
+        mine = set(job.gpus)
+        extra = tuple(g for g in gpus if g not in mine)
+        if len(gpus) != n_gpus or len(extra) != n_gpus - len(mine):
+            raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s training on {n_gpus} GPUs, but its plan "
+                                  f"leaves {len(gpus)} without an engine")
+        yield self.ledger.acquire(extra, owner)  # free unless another plan's engine still runs there
+        job.gpus = tuple(job.gpus) + extra
+        self._train_gpu_sets[j] = frozenset(job.gpus)
+        self._train_split[j] = n_gpus
+        self._rollout_split[j] = plan.n_rollout_gpus - len(extra)  # the idle ones now train
+        prev = self._prev_plan  # the plan last started, made before this training on the same split: re-based as the policy's
+        if prev is not None and not prev.colocated and prev.instances == plan.instances and prev.n_train_gpus == plan.n_train_gpus:
+            self._prev_plan = prev.with_training(cfg)
+
     def _adopt(self, j: int, plan: Plan, job: TrainJob) -> tuple[Plan, int | None]:
         """Step ``j``'s training on the latest plan's training GPUs and layout, when the policy
         asks for it (``Policy.training_plan``) and those GPUs are free now; else ``plan``.
@@ -595,7 +628,8 @@ class Simulator:
         self._train_gpu_sets[j] = frozenset(gpus)
         self._train_split[j] = latest.n_train_gpus
         # a time-shared step's training becomes a split's: no engine switches, the split's push
-        return dataclasses.replace(plan, n_train_gpus=latest.n_train_gpus, train=latest.train, instances=latest.instances, colocated=False), i
+        return dataclasses.replace(plan, n_rollout_gpus=latest.n_rollout_gpus, n_train_gpus=latest.n_train_gpus, train=latest.train,
+                                   instances=latest.instances, colocated=False), i
 
     def _outgrown(self, j: int, step: StepArrays, plan: Plan, job: TrainJob) -> Generator[Any, Any, tuple[Plan, tuple[int, ...]]]:
         """Step ``j``'s complete batch brought a sequence no strategy of its plan's training GPUs
@@ -796,7 +830,7 @@ class Simulator:
             train_joins=ts.joins,
             fault_requeued=rs.fault_requeued,
             events=rs.intervals + int((step.tool_code >= 0).sum()),
-            n_rollout_gpus=plan.n_rollout_gpus,
+            n_rollout_gpus=self._rollout_split[j] if self._rollout_split[j] is not None else plan.n_rollout_gpus,
             n_train_gpus=self._train_split[j] if self._train_split[j] is not None else plan.n_train_gpus,
             rollout_tps="/".join(f"{tp}x{tps.count(tp)}" for tp in sorted(set(tps))),
             predicted_rollout_s=plan.predicted_rollout_s,

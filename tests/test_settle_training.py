@@ -336,3 +336,58 @@ def test_a_time_shared_plan_that_re_shards_may_settle_a_layout_that_holds_its_ba
     keep = PlansBySteps([_colocated(24, PRIOR_SIZED)], {1: relaid})
     with pytest.raises(SimulationError, match="split change"):
         Simulator(steps, keep, cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
+
+
+def test_a_first_training_may_lay_over_the_rollout_gpus_no_engine_runs_on() -> None:
+    """A split whose rollout TP does not tile its share leaves rollout GPUs that run no engine
+    (``Plan.idle_rollout_gpus``): 10 rollout GPUs, one TP-8 engine, two idle. A policy may settle
+    its training on those too (``first_layout``'s ``spare_gpus``): the simulator books them by the
+    planner's rule (``train_gpu_ids``), charges the first training's weights-only re-build
+    (``build_s``), trains the larger layout and reports the split it ran (8:16). Before, any
+    settled GPU count other than the plan's was refused, and held_out_54's FEVER run on 42 H100
+    kept two GPUs idle for the run (0.914x, SIMULATED). A layout over more GPUs than are idle is
+    still a plan transition, refused when only settled."""
+    ev = CostEvaluator("b200", "qwen3-32b")
+    cluster = ClusterSpec(24, "b200", "qwen3-32b")
+    steps = [make_step(s, 64, seed=2) for s in range(3)]
+    own = TrainConfig(tp=2, pp=1, dp=7, zero_stage=3, micro_batch=1, recompute=True)
+    wide = dataclasses.replace(own, dp=8)
+    plan = Plan(n_rollout_gpus=10, n_train_gpus=14, train=own, instances=uniform_instances(8, 8, 8),
+                buckets=(Bucket(0, 8, 0, None),))
+    assert plan.idle_rollout_gpus == 2
+    res = Simulator(steps, SettlingOnce(plan, wide, wide), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
+    sc = StepCosts(ev, 8)
+    assert [(m.n_rollout_gpus, m.n_train_gpus) for m in res.steps] == [(8, 16)] * 3
+    assert [m.transition_s for m in res.steps] == pytest.approx([sc.build_s(wide), 0.0, 0.0], rel=1e-12)
+    for st, m in zip(steps, res.steps):
+        tokens, seq = int(st.total_tokens.sum()), int(round(float(st.total_tokens.mean())))
+        assert m.train_s == pytest.approx(training_time_fn(ev, tokens, seq)(wide) + sc.step_fixed_s(st.n), rel=1e-12)
+    assert plan.with_training(wide).n_rollout_gpus == 8 and plan.with_training(wide).instances == plan.instances
+    beyond = dataclasses.replace(own, dp=9)  # 18 GPUs: four more than the plan's, two of them run the engine
+    with pytest.raises(SimulationError, match="split change"):
+        Simulator(steps, SettlingOnce(plan, beyond, beyond), cluster, SimCosts(ev), SimConfig(noise_sigma=0.0)).run()
+    with pytest.raises(ValueError, match="run no engine"):
+        plan.with_training(beyond)
+
+
+def test_the_first_layout_takes_idle_rollout_gpus_only_when_the_run_gains() -> None:
+    """``first_layout`` with ``spare_gpus`` ranks the layouts of the plan's training GPUs and of
+    up to that many more, each priced by the run (``run_price``) with its weights-only re-build:
+    a chain-bound run takes the two idle GPUs, one whose training is all hidden keeps its own."""
+    from libra.planner.pipeline import pipeline_run_s
+    from libra.planner.settle import first_layout
+
+    ev = CostEvaluator("h100", "llama-3.1-70b")
+    tree = DecisionTree(StepCosts(ev, 8), 8)
+    batch = make_step(0, 128, seed=1)
+    own = TrainConfig(tp=8, pp=1, dp=3, zero_stage=1, micro_batch=1, recompute=True)
+    settled = settle_training(tree, own, batch, [batch], None, 42)
+    chain = lambda cfg, train_s, reshard_s: pipeline_run_s("async", 1, 1.0, train_s, 4, reshard_s)  # noqa: E731
+    hidden = lambda cfg, train_s, reshard_s: 600.0 + reshard_s  # noqa: E731
+    assert first_layout(tree, settled, batch, [batch], None, 42, 4.0, run_price=chain).n_gpus == 24
+    wider = first_layout(tree, settled, batch, [batch], None, 42, 4.0, run_price=chain, spare_gpus=2)
+    assert wider.n_gpus == 26
+    tokens, seq = int(batch.total_tokens.sum()), int(round(float(batch.total_tokens.mean())))
+    timer = training_time_fn(tree.costs, tokens, seq)
+    assert timer(wider) < timer(first_layout(tree, settled, batch, [batch], None, 42, 4.0, run_price=chain))
+    assert first_layout(tree, settled, batch, [batch], None, 42, 4.0, run_price=hidden, spare_gpus=2) is settled

@@ -56,6 +56,30 @@ def test_a_training_takes_the_gpus_a_later_plan_moved_to_training() -> None:
     assert res.steps[1].train_s < kept.steps[1].train_s  # 12 GPUs train it faster than 8
 
 
+def test_a_training_under_a_later_plan_is_settled_with_that_plan_s_whole_split() -> None:
+    """The plan a step trains under after taking a later plan's split carries that plan's
+    rollout side too, not only its training: the settle reads the split's idle rollout GPUs
+    (``Plan.idle_rollout_gpus``, what a first training may take). Carrying the step's own
+    rollout count (8 where the later plan has 4) had the settle count four rollout GPUs as idle
+    and ask for GPUs an engine runs on (held_out_54 fireact-hotpotqa/h100-42-l70b/K0 stopped,
+    SIMULATED)."""
+
+    class Settles(Moves):
+        def __init__(self) -> None:
+            super().__init__(adopts=True)
+            self.settled: list[tuple[int, int, int]] = []
+
+        def settle_training(self, plan: Plan, batch: Any, seen: Any) -> Any:
+            self.settled.append((plan.n_rollout_gpus, plan.n_train_gpus, plan.idle_rollout_gpus))
+            return plan.train
+
+    steps = [make_step(s, 48, seed=3) for s in range(4)]
+    pol = Settles()
+    res = Simulator(steps, pol, CLUSTER, fake_costs(), SimConfig(noise_sigma=0.0, mode="async", max_staleness=1)).run()
+    assert [m.n_train_gpus for m in res.steps] == [8, 12, 12, 12]
+    assert pol.settled == [(8, 8, 0), (4, 12, 0), (4, 12, 0), (4, 12, 0)]
+
+
 def test_a_policy_without_the_hook_trains_every_step_under_its_own_plan() -> None:
     class Plain(Moves):
         training_plan = None  # type: ignore[assignment]

@@ -6,6 +6,7 @@ predictions it was chosen by, so a run can report predicted against achieved tim
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -87,3 +88,23 @@ class Plan:
     def instances_in(self, bucket: int) -> tuple[RolloutInstance, ...]:
         """The instances of one bucket."""
         return tuple(i for i in self.instances if i.bucket == bucket)
+
+    @property
+    def idle_rollout_gpus(self) -> int:
+        """A split's rollout GPUs that no instance runs on (a TP degree that does not tile its
+        share): free for its training to take (``libra.planner.settle.first_layout``). None in a
+        time-shared plan."""
+        if self.colocated:
+            return 0
+        return max(0, self.n_rollout_gpus - sum(i.tp for i in self.instances))
+
+    def with_training(self, train: TrainConfig) -> Plan:
+        """This plan with its training on ``train``, which may lay over idle rollout GPUs too
+        (``idle_rollout_gpus``): those become training GPUs; the instances stay."""
+        if self.colocated or train.n_gpus <= self.n_train_gpus:
+            return dataclasses.replace(self, train=train)
+        moved = train.n_gpus - self.n_train_gpus
+        if moved > self.idle_rollout_gpus:
+            raise ValueError(f"a training on {train.n_gpus} GPUs needs {moved} of the plan's rollout GPUs; "
+                             f"only {self.idle_rollout_gpus} run no engine")
+        return dataclasses.replace(self, train=train, n_train_gpus=train.n_gpus, n_rollout_gpus=self.n_rollout_gpus - moved)

@@ -250,7 +250,8 @@ def batch_shape(tree: DecisionTree, batch: StepArrays, seen: Sequence[StepArrays
 
 def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, seen: Sequence[StepArrays],
                  declared_context: int | None, cap_gpus: int, steps_paid_over: float,
-                 micro_batch: int | None = None, run_price: Callable[[TrainConfig, float, float], float] | None = None) -> TrainConfig:
+                 micro_batch: int | None = None, run_price: Callable[[TrainConfig, float, float], float] | None = None,
+                 spare_gpus: int = 0) -> TrainConfig:
     """The run's first training may also change the *layout* on its GPUs: ``settled`` (the plan's
     layout with its knobs settled for ``batch``, ``settle_training``), or the fastest strategy on
     the same GPU count when its gain over ``settled``, paid over ``steps_paid_over`` steps (the
@@ -276,7 +277,16 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
     ran, so two steps of a short log trained in the prior's layout. Later layouts are the
     planner's, priced as transitions like any other change. A time-shared plan's first training
     may re-lay too (``LibraPolicy`` prices its chain with the colocated switches, which depend
-    on the layout); a streamed one cannot, as it trains before its batch is complete."""
+    on the layout); a streamed one cannot, as it trains before its batch is complete.
+
+    ``spare_gpus``: GPUs of a split's rollout side that no engine runs on (the rollout layout
+    did not fill them); the first training may lay over up to that many more GPUs, priced the
+    same way (the re-build, weights only, and the run with that training). Why: a launch sized
+    for the length prior's 64K tokens holds training to the counts whose layouts hold them (24,
+    28, 32 or 36 of 42 H100 for Llama-3.1-70B), and two TP-8 engines on the other 18 left two
+    GPUs running nothing for the run; the move to the hindsight 16:26 on the same engines cost a
+    re-shard after the first update that four steps did not pay back (held_out_54
+    fever-react/h100-42-l70b/K1, 0.914x of areal-static-optimal, SIMULATED)."""
     if not batch.n:
         return settled
     tokens, seq, memory = batch_shape(tree, batch, seen, declared_context, cap_gpus)
@@ -292,11 +302,12 @@ def first_layout(tree: DecisionTree, settled: TrainConfig, batch: StepArrays, se
     # layout sized for a shorter prior, ``Planner._launch_layout``; the simulator refuses it)
     holds = fits_in_memory(tree.ev, settled, memory)
     best, best_s = settled, (price(settled, float(timer(settled)), 0.0) if holds else float("inf"))
-    res = enumerate_strategies(tree.ev, settled.n_gpus, sequence_count(tokens, seq), memory, tree.gpus_per_node, timer, bound=False)
-    for t, cfg in res.ranked:
-        if (micro_batch is not None and cfg.micro_batch != micro_batch) or same_layout(cfg, settled):
-            continue
-        paid = price(cfg, float(t), tree.costs.build_s(cfg))
-        if paid < best_s:
-            best, best_s = cfg, paid
+    for n in range(settled.n_gpus, min(settled.n_gpus + max(0, int(spare_gpus)), cap_gpus) + 1):
+        res = enumerate_strategies(tree.ev, n, sequence_count(tokens, seq), memory, tree.gpus_per_node, timer, bound=False)
+        for t, cfg in res.ranked:
+            if (micro_batch is not None and cfg.micro_batch != micro_batch) or same_layout(cfg, settled):
+                continue
+            paid = price(cfg, float(t), tree.costs.build_s(cfg))
+            if paid < best_s or (paid == best_s and cfg.n_gpus < best.n_gpus):
+                best, best_s = cfg, paid
     return best

@@ -137,8 +137,9 @@ class LibraPolicy:
         assert self._replanner is not None
         current = self._replanner.current
         if current is not None and self._relaid(current) is not current.train:
-            # the trainer holds the layout the first training moved to: staying is staying there
-            self._replanner.current = dataclasses.replace(current, train=self._relaid(current))
+            # the trainer holds the layout the first training moved to (on the plan's idle
+            # rollout GPUs too, ``first_layout``): staying is staying there
+            self._replanner.current = current.with_training(self._relaid(current))
         try:
             plan = self._replanner.plan(history, prompt_tokens)
         except UserError:
@@ -226,9 +227,12 @@ class LibraPolicy:
         batch (the first step's, a length prior), and the batch is known now.
 
         The run's first training may change the layout too (``first_layout``: nothing has been
-        trained, and the layout was sized for a prior). A plan made before that, in the old
-        layout on the same GPUs (at K >= 1 the next step is planned before the first trains),
-        trains in the new one; the next search starts from it (``plan``)."""
+        trained, and the layout was sized for a prior), and a split's may lay over the rollout
+        GPUs no engine runs on (``Plan.idle_rollout_gpus``): the strategy returned then has more
+        GPUs than the plan gives training, and the backend trains on those too. A plan made
+        before that, in the old layout on the same GPUs (at K >= 1 the next step is planned
+        before the first trains), trains in the new one; the next search starts from it
+        (``plan``)."""
         planner = self.planner
         train = self._relaid(plan)
         cfg = settle_training(planner.tree, train, batch, seen, declared_context(planner.cluster),
@@ -250,12 +254,14 @@ class LibraPolicy:
             def run_price(strategy: TrainConfig, train_s: float, reshard_s: float) -> float:
                 if plan.colocated:
                     sync = planner.step_costs.colocated_overhead_s(strategy, plan.instances)
-                else:
-                    sync = weight_sync_s(planner.step_costs, planner.cluster, plan.n_train_gpus, strategy, plan.instances)
+                else:  # a strategy on the plan's idle rollout GPUs too pushes from those as well
+                    sync = weight_sync_s(planner.step_costs, planner.cluster, max(plan.n_train_gpus, strategy.n_gpus), strategy,
+                                         plan.instances)
                 return pipeline_run_s(plan.mode, staleness, rollout, train_s + sync, steps, reshard_s)
 
+            # a split's rollout GPUs that run no engine may train too (the backend books them)
             new = first_layout(planner.tree, cfg, batch, seen, declared_context(planner.cluster), planner.cluster.train_gpu_cap,
-                               steps, self.options.micro_batch, run_price)
+                               steps, self.options.micro_batch, run_price, spare_gpus=plan.idle_rollout_gpus)
             if new is not cfg:
                 self._relayout = (plan.train, new)
                 cfg = new
@@ -314,7 +320,7 @@ class LibraPolicy:
         trains in 103 s; intercode-sql, K=0, SIMULATED)."""
         if self._relayout is not None and any(p is plan for p in self._provisional):
             old, new = self._relayout
-            if same_layout(plan.train, old) and plan.train.n_gpus == new.n_gpus:
+            if same_layout(plan.train, old) and 0 <= new.n_gpus - plan.train.n_gpus <= plan.idle_rollout_gpus:
                 return new
         return plan.train
 

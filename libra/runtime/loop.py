@@ -363,7 +363,8 @@ class Runner:
     def _settle(self, policy: Any, plan: Any, step: int) -> Any:
         """``plan`` with the training knobs (micro-batch, recompute) the policy settles for this
         step's batch, the one libra-sim trains with too (``Policy.settle_training``; Libra's first
-        training may also settle another layout on the same GPUs). This run's trainers set neither knob from the plan (they cut micro-batches
+        training may also settle another layout on the same GPUs, or over the plan's rollout GPUs that
+        run no engine, logged as such). This run's trainers set neither knob from the plan (they cut micro-batches
         at a token budget, ``grpo.LOGPROB_TOKENS``, much as the settled knobs do, and run no
         activation recompute), so the settled values are logged, not executed."""
         settle = getattr(policy, "settle_training", None)
@@ -372,6 +373,13 @@ class Runner:
         cfg = settle(plan, self.history[-1], list(self.history))
         if cfg == plan.train:
             return plan
+        if cfg.n_gpus > plan.train.n_gpus and cfg.n_gpus - plan.n_train_gpus <= plan.idle_rollout_gpus:
+            # Libra's first training may lay over the rollout devices no engine runs on
+            # (libra.planner.settle.first_layout); this run's trainers keep their own devices
+            self.log(f"step {step}: training settled on {cfg.n_gpus} devices, the plan's {plan.n_train_gpus} and "
+                     f"{cfg.n_gpus - plan.n_train_gpus} of its rollout devices that run no engine (TP {cfg.tp} x PP {cfg.pp} x "
+                     f"DP {cfg.dp}; recorded, not executed: this run's trainers keep their own devices and layout)")
+            cfg = dataclasses.replace(plan.train, micro_batch=cfg.micro_batch, recompute=cfg.recompute)
         if cfg.n_gpus != plan.train.n_gpus:
             raise RuntimeError(f"policy {self.cfg.policy} settled step {step}'s training on {cfg.n_gpus} GPUs, not its plan's {plan.train.n_gpus}")
         if not same_layout(cfg, plan.train):  # Libra's first training may re-lay its GPUs (libra.planner.settle.first_layout)
