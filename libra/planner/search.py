@@ -444,20 +444,6 @@ def stay_within_tolerance(best: Candidate, cands: Sequence[Candidate], current: 
     return min(kept, key=Candidate.rank) if kept else best
 
 
-def leave_async_s(current: Plan | None, mode: str, in_force_train_s: float | None = None) -> float:
-    """What a synchronous step right after an async one waits, once: the async step's training
-    (``in_force_train_s``, the in-force layout's training re-priced on the search's statistics,
-    or else the time predicted when the plan was made, as ``transition_s``) and weight sync,
-    which its rollout would have overlapped. Charged like a transition. Why: without it Libra
-    left async for a streamed sync loop forecast 19.4 s that replayed 43.4 s, the drained
-    pipeline (search-drift, 48 H200, K=1, SIMULATED); entering async already pays its fill
-    (``Planner.search``)."""
-    if current is None or current.mode != "async" or mode == "async":
-        return 0.0
-    train = float(current.predicted_train_s) if in_force_train_s is None else float(in_force_train_s)
-    return (train if train == train else 0.0) + in_force_sync_s(current)
-
-
 def in_force_sync_s(current: Plan) -> float:
     """The weight sync the plan in force predicted (``Plan.notes["sync_s"]``; 0 when absent)."""
     sync = current.notes.get("sync_s", 0.0)
@@ -1335,8 +1321,8 @@ class Planner:
         seq_max = self.train_memory_length(tokens, seq, seq_max)
         fixed = self.step_costs.step_fixed_s(stats.n_trajectories)  # reward/advantage/data bookkeeping
         # the in-force split's training, re-priced on these statistics: what GPUs leaving training
-        # wait before they serve rollout (``transition_s``, ``leave_async_s``); from a prior, the
-        # plan's own prediction stands
+        # wait before they serve rollout (``transition_s``); from a prior, the plan's own
+        # prediction stands
         in_force_train_s: float | None = None
         if current is not None and not current.colocated and current.train is not None and not stats.from_prior:
             in_force = self.kept_knobs(current.train, tokens, seq, seq_max)[1] + fixed
@@ -1442,8 +1428,10 @@ class Planner:
                                     None if cohort_s is None else float(co) * split_margin, ready_fraction, left)
                     for r, co in zip(tails_s, tails_cohort)]))
                 per_loop[loop_name(mode, streaming)] = float(base)
-                trans = (transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances, mode, in_force_train_s)
-                         + leave_async_s(current, mode, in_force_train_s))
+                # leaving async for a sync loop costs no wait of its own: the sync step starts when
+                # the in-force step has synced, the time an async step would have waited for it
+                # too (``Planner.search`` prices both loops from that step's end; docs/policy-core.md)
+                trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances, mode, in_force_train_s)
                 if mode == "async" and drain_s > 0.0 and tuple(ro.instances) != in_force_instances:
                     trans += drain_s
                 st = base + trans / amortize
@@ -1508,7 +1496,7 @@ class Planner:
             if self.options.sync_allowed and self.options.colocated and self.options.streaming is not True:
                 assert kept_train is not None
                 c = self._colocated(dp, tokens, seq, seq_max, current, float("inf"), fixed, correction, amortize,
-                                    keep=(kept, kept_train[0]), tail_dps=tail_dps, in_force_train_s=in_force_train_s)
+                                    keep=(kept, kept_train[0]), tail_dps=tail_dps)
                 if c is not None:
                     cands.append(c)
             kept = None
@@ -1533,7 +1521,7 @@ class Planner:
             # scenarios' (as ``visit``)
             layouts = distinct_choices(dp.best(N, correction.dp_scale), dp.best(N, correction.dp_scale, tails=tail_dps))
             cos = [self._colocated(dp, tokens, seq, seq_max, current, float(state["incumbent"]) if bound else float("inf"),
-                                   fixed, correction, amortize, tail_dps=tail_dps, rollout=r, in_force_train_s=in_force_train_s)
+                                   fixed, correction, amortize, tail_dps=tail_dps, rollout=r)
                    for r in layouts]
             co = min((c for c in cos if c is not None), key=Candidate.rank, default=None)
             if co is not None:
@@ -1678,7 +1666,7 @@ class Planner:
     def _colocated(self, dp: RolloutDP, tokens: int, seq: int, seq_max: int, current: Plan | None, incumbent: float,
                    fixed: float = 0.0, correction: RolloutCorrection | None = None, amortize: float | None = None,
                    keep: tuple[RolloutChoice, TrainConfig] | None = None, tail_dps: Sequence[RolloutDP] = (),
-                   rollout: RolloutChoice | None = None, in_force_train_s: float | None = None) -> Candidate | None:
+                   rollout: RolloutChoice | None = None) -> Candidate | None:
         """The time-shared candidate (synchronous mode): rollout on all N GPUs, then training on
         all N (or on as many as the training backend can use, ``ClusterSpec.train_gpu_cap``; the
         rest wait), each GPU switching stage twice per step and the weights handed over through
@@ -1687,8 +1675,8 @@ class Planner:
         bookkeeping ``fixed``. ``keep``: the in-force time-shared plan's rollout and training
         strategy, priced as they are (the candidate of not changing). ``rollout``: the rollout
         layout to price (the search passes the DP's nominal best and its best over the tail
-        scenarios ``tail_dps``); None: the DP's nominal best. ``in_force_train_s``: the in-force
-        async split's training re-priced on the search's statistics (``leave_async_s``)."""
+        scenarios ``tail_dps``); None: the DP's nominal best. Leaving an async split for it costs
+        its transition only (no wait for the in-force training: the search's leave-async note)."""
         N = self.cluster.n_gpus
         amortize = self.options.amortize_steps if amortize is None else amortize
         correction = correction or RolloutCorrection()
@@ -1718,7 +1706,7 @@ class Planner:
             priced = [(t + self.step_costs.colocated_overhead_s(c, ro.instances), t, c) for t, c in tree.ranked]
             total, train_time, cfg = min(priced, key=lambda x: x[0])
             switch = total - train_time
-        trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances) + leave_async_s(current, "sync", in_force_train_s)
+        trans = transition_s(self.step_costs, self.cluster, current, n_train, cfg, ro.instances)
         train_s = train_time + fixed
         base = ro_s + train_s + switch
         st = base + trans / amortize
