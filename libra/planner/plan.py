@@ -92,7 +92,7 @@ class Plan:
     @property
     def idle_rollout_gpus(self) -> int:
         """A split's rollout GPUs that no instance runs on (a TP degree that does not tile its
-        share): free for its training to take (``libra.planner.settle.first_layout``). None in a
+        share): free for its training to take (``libra.planner.settle.first_layout``). 0 in a
         time-shared plan."""
         if self.colocated:
             return 0
