@@ -183,7 +183,7 @@ def test_a_sync_step_after_async_ones_waits_only_for_their_sync_and_the_cycle_ta
     (``sim.loop``'s gate), the moment an async step would have waited for that training too: its
     step time, from that step's end, is its own rollout, training and sync, with no wait for the
     in-force training beyond it. So leaving async costs the planner its transition only; the
-    wait it had charged too (``leave_async_s``, session 11) counted the in-force training twice,
+    wait it had charged too (``leave_async_s``, added after held_out_3) counted the in-force training twice,
     and kept WebChoreArena on 40 A800 / Qwen3-32B (K=1, 7,360 s of training a step on 24 GPUs) on
     its async split where a time-shared plan ran 5,615 s a step (held_out_55, 0.618x, SIMULATED).
     The staleness cycle's statistics take one step's expected longest trajectory as their tail
