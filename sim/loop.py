@@ -482,7 +482,7 @@ class Simulator:
         settle = getattr(self.policy, "settle_training", None)
         if settle is not None and job.feed is None:  # a complete batch: its micro-batch and recompute are set for it
             cfg = settle(plan, step, tuple(self.history))
-            spare = 0 < cfg.n_gpus - plan.n_train_gpus <= plan.idle_rollout_gpus  # the plan's idle rollout GPUs too
+            spare = plan.over_idle_rollout_gpus(cfg)
             if (cfg.n_gpus != plan.train.n_gpus and not spare) or (plan.colocated and self._unplanned_relayout(plan, cfg, held, step)):
                 raise SimulationError(f"policy {self.result.policy} settled step {step.step}'s training on {cfg}, not on its plan's "
                                       f"{plan.n_train_gpus} training GPUs ({plan.train}) or those and its {plan.idle_rollout_gpus} "

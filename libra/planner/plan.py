@@ -98,6 +98,12 @@ class Plan:
             return 0
         return max(0, self.n_rollout_gpus - sum(i.tp for i in self.instances))
 
+    def over_idle_rollout_gpus(self, train: TrainConfig) -> bool:
+        """Whether ``train`` lays over this split's training GPUs and some of its idle rollout
+        GPUs (``idle_rollout_gpus``): the one GPU-count change a settle may make (both backends
+        and ``LibraPolicy`` ask this)."""
+        return 0 < train.n_gpus - self.n_train_gpus <= self.idle_rollout_gpus
+
     def with_training(self, train: TrainConfig) -> Plan:
         """This plan with its training on ``train``, which may lay over idle rollout GPUs too
         (``idle_rollout_gpus``): those become training GPUs; the instances stay."""

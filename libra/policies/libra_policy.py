@@ -320,7 +320,7 @@ class LibraPolicy:
         trains in 103 s; intercode-sql, K=0, SIMULATED)."""
         if self._relayout is not None and any(p is plan for p in self._provisional):
             old, new = self._relayout
-            if same_layout(plan.train, old) and 0 <= new.n_gpus - plan.train.n_gpus <= plan.idle_rollout_gpus:
+            if same_layout(plan.train, old) and (new.n_gpus == plan.train.n_gpus or plan.over_idle_rollout_gpus(new)):
                 return new
         return plan.train
 

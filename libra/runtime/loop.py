@@ -373,7 +373,7 @@ class Runner:
         cfg = settle(plan, self.history[-1], list(self.history))
         if cfg == plan.train:
             return plan
-        if 0 < cfg.n_gpus - plan.n_train_gpus <= plan.idle_rollout_gpus:
+        if plan.over_idle_rollout_gpus(cfg):
             # Libra's first training may lay over the rollout devices no engine runs on
             # (libra.planner.settle.first_layout); this run's trainers keep their own devices
             self.log(f"step {step}: training settled on {cfg.n_gpus} devices, the plan's {plan.n_train_gpus} and "
