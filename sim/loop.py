@@ -267,8 +267,12 @@ class Simulator:
             prev_eng = self._engines_of[j - 1] if j > 0 else None
             if j > 0:
                 # async on shared engines: the next step's prompts may follow as soon as every
-                # trajectory of this one is seated (continuous generation); else its tail gates it
-                yield self._admitted[j - 1] if prev_eng is not None else self.rollout_done[j - 1]
+                # trajectory of this one is seated (continuous generation), or when its rollout
+                # ends where its plan staggers the pipeline's fill (``Plan.stagger_fill``: it
+                # rolls out alone); else its tail gates it
+                prev_plan = self._plans[j - 1]
+                staggers = prev_plan is not None and prev_plan.stagger_fill
+                yield self._admitted[j - 1] if prev_eng is not None and not staggers else self.rollout_done[j - 1]
                 k_prev = self._step_loop[j - 1][1]
                 if prev_eng is not None and j - 1 - k_prev >= 0:
                     yield self.synced[j - 1 - k_prev]  # the staleness gate if the plan stays: plan with what it lets be known

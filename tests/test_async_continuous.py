@@ -321,3 +321,55 @@ def test_the_planner_prices_leaving_async_at_its_transition_only() -> None:
     assert left and any(c.colocated for c in left)
     for c in left:
         assert c.transition_s == pytest.approx(transition_s(ev, cluster, current, c.n_train, c.train, c.rollout.instances))
+
+
+def test_a_plan_that_staggers_the_fill_rolls_its_step_out_alone() -> None:
+    """``Plan.stagger_fill``: the next step's prompts join the shared engines when this step's
+    rollout ends, not once its trajectories are seated; every trajectory still completes once.
+    Without it, step 1 joins step 0's engines while step 0 still rolls out (the cohort)."""
+    from dataclasses import replace as _replace
+
+    asy = _replace(simple_plan(2, 2), mode="async", max_staleness=1)
+    first = _replace(asy, stagger_fill=True)
+
+    class StaggerFirst(FixedPolicy):
+        def plan(self, cluster: object, history: object, prompt_tokens: object) -> object:
+            self.histories.append(1)
+            return first if len(self.histories) == 1 else asy
+
+    steps = [make_step(s, 32, seed=4) for s in range(4)]
+    cfg = SimConfig(noise_sigma=0.0, max_staleness=1)
+    staggered = Simulator(steps, StaggerFirst(asy), ClusterSpec(16, "fake", "fake"), fake_costs(), cfg).run()
+    together = Simulator(steps, FixedPolicy(asy), ClusterSpec(16, "fake", "fake"), fake_costs(), cfg).run()
+    s0, s1 = staggered.steps[0], staggered.steps[1]
+    assert s1.rollout_start_s == pytest.approx(s0.rollout_start_s + s0.rollout_makespan_s)
+    assert together.steps[1].rollout_start_s < together.steps[0].rollout_makespan_s
+    assert staggered.steps[2].rollout_start_s > s1.rollout_start_s  # only the fill is staggered
+    for res in (staggered, together):
+        assert all(m.completed == m.n_traj for m in res.steps)
+
+
+def test_the_planner_staggers_a_throughput_bound_fill_only() -> None:
+    """``Planner.staggered``: an async plan that starts a pipeline over many trajectories a step
+    (the engines throughput-bound) lets its first step roll out alone, and prices the run so
+    (``stagger_gain_s``: a lower predicted step); a few trajectories a step do not (the cohort
+    costs little more than one step), and a plan searched while an async pipeline runs never
+    does (its fill is past)."""
+    from test_planner_workload import make_history
+
+    from libra.planner.search import STAGGER_MARGIN, Planner, SearchOptions
+    from libra.planner.stats import PriorSpec
+
+    cl = ClusterSpec(16, "a800", "qwen3-8b")
+    busy = make_history(1, n=2048)
+    planner = Planner(cl, options=SearchOptions(mode="async", max_staleness=1, run_steps=6))
+    plan = planner.plan(busy, busy[-1].prompt_tokens)
+    raw = planner._search(busy, busy[-1].prompt_tokens, None, PriorSpec.of(cl)).best  # before the fill's choice
+    assert plan.mode == "async" and plan.stagger_fill and not raw.stagger_fill
+    assert planner.stagger_gain(raw, planner.fill_steps(1)) >= STAGGER_MARGIN
+    assert plan.predicted_step_s < raw.step_s
+    running = planner.search(busy, busy[-1].prompt_tokens, current=plan).best
+    assert not running.stagger_fill
+    few = make_history(1, n=16)
+    quiet = Planner(cl, options=SearchOptions(mode="async", max_staleness=1, run_steps=6))
+    assert not quiet.plan(few, few[-1].prompt_tokens).stagger_fill

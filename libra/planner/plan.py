@@ -69,6 +69,11 @@ class Plan:
     runs ahead of training by at most ``max_staleness`` weight versions, >= 1; 0 for sync plans).
     A backend runs the mode the plan says (the simulator's ``--mode``/``--streaming`` only
     override it within the staleness the user allowed).
+
+    ``stagger_fill`` (an async plan that starts a pipeline): the next step's prompts join the
+    engines when this step's rollout ends, not with it, so this step rolls out alone and its
+    training starts sooner; the rest of the fill follows together (``libra.planner.pipeline``,
+    ``Planner.staggered``). libra-run rolls out its steps one after another, which is this.
     """
 
     n_rollout_gpus: int
@@ -83,6 +88,7 @@ class Plan:
     predicted_rollout_s: float = float("nan")
     predicted_train_s: float = float("nan")
     predicted_step_s: float = float("nan")
+    stagger_fill: bool = False
     notes: dict[str, object] = field(default_factory=dict)
 
     def instances_in(self, bucket: int) -> tuple[RolloutInstance, ...]:

@@ -97,7 +97,7 @@ from libra.planner.decision_tree import (DecisionTree, TreeResult, enumerate_str
 from libra.planner.feedback import CompletionOrder, RolloutCalibration, RolloutCorrection, StepOutcome
 from libra.planner.plan import LoopMode, Plan, TrainConfig
 from libra.planner.rollout_dp import DEFAULT_MAX_BUCKETS, TOOL_KV_MODES, BucketLayout, RolloutChoice, RolloutDP, plan_layout
-from libra.planner.pipeline import async_drain_s, async_steady_s, pipeline_run_s, shared_rollout_s
+from libra.planner.pipeline import async_drain_s, async_steady_s, pipeline_run_s, shared_rollout_s, stagger_gain_s
 from libra.planner.settle import longest_sequence, settled_knobs
 from libra.planner.stats import PRIOR_CAP_TOKENS, PRIOR_STRETCH, PriorSpec, WorkloadStats, compute_stats
 from libra.planner.step_costs import StepCosts
@@ -305,6 +305,7 @@ class Candidate:
     rollout_factor: float = 1.0  # measured / predicted rollout of past steps for this layout kind (``libra.planner.feedback``)
     one_bucket_rollout_s: float = float("nan")  # two buckets: the model's best one-bucket makespan on the same GPUs (its forecast gain)
     cohort_s: float = float("nan")  # async: the model's makespan of the staleness cycle's K + 1 rollouts together (``step_time``)
+    stagger_fill: bool = False  # an async pipeline's first step rolls out alone (``Plan.stagger_fill``, ``Planner.staggered``)
 
     @property
     def rollout_s(self) -> float:
@@ -338,6 +339,30 @@ LOOP_ORDER = {"sync": 0, "sync+streaming": 1, "async": 2}
 #: model's error is ten times larger); among them the least staleness, and for sync plans the
 #: most training GPUs (``choose``).
 TIE_TOLERANCE = 0.02
+
+#: An async pipeline that starts with a plan lets its first step roll out alone
+#: (``Plan.stagger_fill``) only when that is forecast to end the run at least this fraction of it
+#: sooner (``libra.planner.pipeline.stagger_gain_s``), in its own forecast (``STAGGER_COHORT_SHARE``)
+#: and on average over the prior scenarios it was planned under (``Planner.staggered``). Why a
+#: margin: the gain is the difference of two pipeline forecasts that share every error but the
+#: cohort's, and where the engines are latency-bound it is small and of either sign (FEVER on 38
+#: B200 / Qwen3-32B at K = 1: forecast 0.4% sooner, ran 5% later, SIMULATED). Why 3%, above the
+#: candidates' tie band (``TIE_TOLERANCE``): at 2% the bundled Search-R1 windows on 44 B200 /
+#: Qwen3-30B-A3B staggered on a 2.2% scenario average and ran 0.993x -> 0.944x (seen, held_out_55).
+STAGGER_MARGIN = 0.03
+
+#: The part of the staleness cycle's forecast excess over one step's rollout alone that the fill's
+#: choice counts (``Planner.staggered``). Why: the gain of rolling the first step out alone is that
+#: excess, the least certain forecast the planner makes before a step has run (the cohort of a
+#: prior), and its error is one-sided in the cost: overstated, the staggered fill serializes two
+#: rollouts for nothing. Generated Search-R1 steps on 56 A800 / Qwen3-32B at K = 1 were forecast
+#: a cycle 1.36x one step alone (a 3.1% gain over six steps) and ran step 0 at 47.6 s beside step
+#: 1 against 42.2 s alone (1.13x; its rollout was bound by one long trajectory); staggered, the run
+#: took 37.8 s a step against 36.1 s (held_out_56 search-z/a800-56-32b/K1, seen, SIMULATED). Counted
+#: at half, that forecast gains 0.6% and MINT's (1.59x forecast, 1.49x run) still 4.3%. Only the
+#: plan's own forecast is discounted; the prior scenarios of an undeclared kind are averaged at
+#: their forecasts (their spread is the uncertainty there: MINT's average 3.4-4.3%, at half 1.8-2.3%).
+STAGGER_COHORT_SHARE = 0.5
 
 
 def choose(cands: Sequence[Candidate], async_allowed: bool = False, filling: bool = False) -> Candidate:
@@ -878,7 +903,104 @@ class Planner:
         spec = PriorSpec.of(self.cluster)
         if not history and self.options.hedge_unknown_kind and not known_kind(spec):
             return self.hedged_search(prompt_tokens, current, spec)
-        return self._search(history, prompt_tokens, current, spec, in_flight=rollouts_in_flight)
+        res = self._search(history, prompt_tokens, current, spec, in_flight=rollouts_in_flight)
+        if not self.stagger_gain(res.best, self.fill_steps(len(history)), STAGGER_COHORT_SHARE) >= STAGGER_MARGIN:
+            return res  # no pipeline starts here, or its fill gains too little in its own forecast
+        return replace(res, best=self.staggered(res.best, current, len(history), self._fill_scenarios(res, history, prompt_tokens, current)))
+
+    def _fill_scenarios(self, res: SearchResult, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None,
+                        current: Plan | None) -> list[SearchResult]:
+        """The searches a plan's fill is also priced in (``staggered``) when it was planned from a
+        declared kind's prior: that prior itself and it stretched to each of
+        ``PRIOR_STRETCH``'s short side and ``LAUNCH_STRETCH``; none when it was planned from
+        measured steps or starts no pipeline. Why: one prior gives no spread of its forecast, and
+        the bundled Search-R1 windows on 44 B200 / Qwen3-30B-A3B were forecast 16.5 s rollouts the
+        engines' throughput bound, where each ran 36-40 s on a chain of tool calls (one step alone
+        35.7 s, beside the next 37.5 s): staggered, 0.993x -> 0.944x (held_out_55, seen,
+        SIMULATED)."""
+        if history or res.stats_spec is None or res.best.mode != "async" or (current is not None and current.mode == "async"):
+            return []
+        out = [res]
+        for f in sorted({*(f for f in PRIOR_STRETCH if f < 1.0), LAUNCH_STRETCH}):
+            try:
+                out.append(self._search((), prompt_tokens, current, replace(res.stats_spec, stretch=res.stats_spec.stretch * f), bound=False))
+            except UserError:
+                continue
+        return out
+
+    def fill_steps(self, done: int) -> int:
+        """The steps an async pipeline started after ``done`` steps is priced over when choosing
+        how it fills (``staggered``): what is left of a run of known length, else
+        ``amortize_steps`` (at least K + 2: the fill and a step after it)."""
+        k = max(1, int(self.options.max_staleness))
+        if self.options.run_steps is not None:
+            return max(1, int(self.options.run_steps) - int(done))
+        return max(k + 2, int(math.ceil(self.options.amortize_steps)))
+
+    def stagger_gain(self, c: Candidate, steps: int, cohort_share: float = 1.0) -> float:
+        """The fraction of its run an async candidate's pipeline, started now, ends sooner when
+        its first step rolls out alone (``stagger_gain_s`` on the candidate's own forecasts: its
+        rollout, the staleness cycle and the engines' pace as ``step_time`` prices them, and its
+        training plus sync); NaN where it does not apply (not async, time-shared, streamed,
+        batch-per-step generation). ``cohort_share``: the part of the cycle's forecast excess over
+        one step alone that is counted (``STAGGER_COHORT_SHARE``)."""
+        if c.mode != "async" or c.colocated or c.streaming or not self.options.continuous:
+            return float("nan")
+        pipe = self.calibration.correction().pipelined
+        ro = c.rollout.makespan_s * c.rollout_factor * pipe
+        if not ro > 0:
+            return float("nan")
+        load = min(c.rollout.throughput_s * c.rollout_factor * pipe, ro)
+        cohort = c.cohort_s * c.rollout_factor * pipe if c.cohort_s == c.cohort_s else ro
+        cohort = ro + max(0.0, cohort - ro) * cohort_share
+        k = max(1, int(self.options.max_staleness))
+        chain = c.train_s + c.sync_s
+        together = pipeline_run_s("async", k, ro, chain, steps, cohort_s=max(cohort, ro), load_s=load)
+        if not together > 0:
+            return float("nan")
+        return stagger_gain_s(k, ro, chain, steps, max(cohort, ro), load) / together
+
+    def staggered(self, best: Candidate, current: Plan | None, done: int,
+                  scenarios: Sequence[SearchResult] = ()) -> Candidate:
+        """``best``, its first async step rolling out alone (``Candidate.stagger_fill``) when the
+        pipeline starts with it (no async plan in force) and that ends the run at least
+        ``STAGGER_MARGIN`` sooner, with the cycle's excess counted at ``STAGGER_COHORT_SHARE``;
+        when planned from a prior, also on average over the prior scenarios ``scenarios`` (a hedged
+        launch's, or a declared kind's prior and it stretched shorter, ``_fill_scenarios``; each
+        prior once, the first search of it that priced an async split with ``best``'s training GPU
+        count, that search's best such candidate). Its predicted step then is the staggered run's
+        mean step.
+
+        Why the scenarios too: the choice turns on whether the engines are throughput-bound (the
+        cohort near K + 1 times one step alone), which the default prior's long steps say more
+        often than the real logs a run of undeclared kind turns out to be. The mean, not the
+        worst case, as for the launch split (``_split_by_regret``): MINT's 1,136 trajectories a
+        step on 56 A800 gain 4-11% in the unstretched scenarios and 1-4% in the shortest, 4.3% on
+        average; a few hundred short ReAct trajectories gain under 1% in the default prior
+        already (FEVER on 38 B200: 0.4%)."""
+        if best.stagger_fill or (current is not None and current.mode == "async"):
+            return best
+        steps = self.fill_steps(done)
+        if not self.stagger_gain(best, steps, STAGGER_COHORT_SHARE) >= STAGGER_MARGIN:
+            return best
+        seen: set[PriorSpec | None] = set()
+        gains: list[float] = []
+        for r in scenarios:
+            if r.stats_spec in seen:
+                continue
+            same = [c for c in r.candidates if c.mode == "async" and not c.colocated and not c.streaming and c.n_train == best.n_train]
+            if not same:
+                continue
+            g = self.stagger_gain(min(same, key=Candidate.rank), steps)
+            if g == g:
+                seen.add(r.stats_spec)
+                gains.append(g)
+        if gains and not sum(gains) / len(gains) >= STAGGER_MARGIN:
+            return best
+        # priced on the forecast itself (the discount decides, it is not what the run will take)
+        saved = self.stagger_gain(best, steps) * (best.step_s - best.transition_s / self.amortize_over(done))
+        robust = best.robust_s - saved if best.robust_s == best.robust_s else best.robust_s
+        return replace(best, stagger_fill=True, step_s=best.step_s - saved, robust_s=robust)
 
     def hedged_search(self, prompt_tokens: np.ndarray | None, current: Plan | None, spec: PriorSpec) -> SearchResult:
         """The first step's plan when the workload's kind is unknown: the loop class (time-shared,
@@ -934,6 +1056,7 @@ class Planner:
             best, cands = self._launch_rollout_tp(best, cands, launch_runs, prompt_tokens, current, spec)
             best = self._holding_launch(best, cands, nominal.stats, current)
             best = self._launch_layout(best, launch_runs, current)
+            best = self.staggered(best, current, 0, list(split_runs) + list(runs) + list(short))
             return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in cands if c not in nominal.candidates],
                            hedge=regret, launch_regret=self._launch_regret(best, runs, pick_regret), holding_splits=holding)
         # the default prior's candidates hold each split's best loop only: the picked loop is
@@ -955,6 +1078,7 @@ class Planner:
         best, of_class = self._launch_rollout_tp(best, of_class, launch_runs, prompt_tokens, current, spec)
         best = self._holding_launch(best, of_class, nominal.stats, current)
         best = self._launch_layout(best, launch_runs, current)
+        best = self.staggered(best, current, 0, list(split_runs) + list(runs) + list(short))
         return replace(nominal, best=best, candidates=list(nominal.candidates) + [c for c in of_class if c not in nominal.candidates],
                        hedge=regret, launch_regret=self._launch_regret(best, runs, pick_regret), holding_splits=holding)
 
@@ -1780,6 +1904,7 @@ class Planner:
             predicted_rollout_s=c.rollout_s,
             predicted_train_s=c.train_s,
             predicted_step_s=c.step_s,
+            stagger_fill=c.stagger_fill,
             notes={
                 "planner": "libra",
                 "model_rollout_s": c.rollout.makespan_s,  # the load model's, before the measured correction

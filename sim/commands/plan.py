@@ -255,6 +255,7 @@ def _as_dict(cluster: Any, plan: Any, n_history: int, n_prompts: int) -> dict[st
         "streaming": plan.streaming,
         "loop": plan.notes.get("loop", plan.mode),
         "max_staleness": plan.max_staleness,
+        "stagger_fill": plan.stagger_fill,
         "staleness_class": plan.notes.get("staleness_class", plan.max_staleness),
         "loop_step_s": plan.notes.get("loop_step_s", {}),
         "split": {"rollout_gpus": plan.n_rollout_gpus, "train_gpus": plan.n_train_gpus, "colocated": plan.colocated},
@@ -281,7 +282,8 @@ def _print(d: dict[str, Any]) -> None:
     c, p, t = d["cluster"], d["predicted"], d["train"]
     print(f"{c['model']} on {c['gpus']} x {c['gpu']} ({c['gpus_per_node']}/node), {d['trajectories']} trajectories, "
           f"{d['loop']} loop (staleness class K={d['staleness_class']}"
-          + (", async staleness " + str(d['max_staleness']) if d['mode'] == 'async' else "") + f"); planned from {d['planned_from']}; limits: {d.get('limits', 'none declared')}")
+          + (", async staleness " + str(d['max_staleness']) if d['mode'] == 'async' else "")
+          + (", the first step rolls out alone" if d.get("stagger_fill") else "") + f"); planned from {d['planned_from']}; limits: {d.get('limits', 'none declared')}")
     if d["split"].get("colocated"):
         print(f"split: colocated: rollout and training time-share all {c['gpus']} GPUs")
     else:
