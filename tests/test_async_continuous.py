@@ -373,3 +373,30 @@ def test_the_planner_staggers_a_throughput_bound_fill_only() -> None:
     few = make_history(1, n=16)
     quiet = Planner(cl, options=SearchOptions(mode="async", max_staleness=1, run_steps=6))
     assert not quiet.plan(few, few[-1].prompt_tokens).stagger_fill
+
+
+def test_a_fill_staggers_only_where_the_prior_scenarios_agree_on_average() -> None:
+    """``Planner.staggered`` with prior scenarios (a hedged launch's, or a declared kind's prior
+    stretched shorter): the plan staggers when the scenarios' mean gain reaches
+    ``STAGGER_MARGIN``, and keeps the cohort when most scenarios see the cycle cost no more than
+    one step alone (latency-bound steps: staggering would serialize two rollouts)."""
+    from dataclasses import replace as _replace
+    from types import SimpleNamespace
+
+    from test_planner_workload import make_history
+
+    from libra.planner.search import STAGGER_MARGIN, Planner, SearchOptions
+    from libra.planner.stats import PriorSpec
+
+    cl = ClusterSpec(16, "a800", "qwen3-8b")
+    busy = make_history(1, n=2048)
+    planner = Planner(cl, options=SearchOptions(mode="async", max_staleness=1, run_steps=6))
+    raw = planner._search(busy, busy[-1].prompt_tokens, None, PriorSpec.of(cl)).best
+    steps = planner.fill_steps(0)
+    assert planner.stagger_gain(raw, steps) >= STAGGER_MARGIN
+    flat = _replace(raw, cohort_s=raw.rollout.makespan_s)  # the cycle no slower than one step alone
+    assert planner.stagger_gain(flat, steps) < STAGGER_MARGIN / 2
+    agree = [SimpleNamespace(stats_spec=PriorSpec(workload=w), candidates=[raw]) for w in ("swe", "math")]
+    assert planner.staggered(raw, None, 0, agree).stagger_fill
+    split = agree[:1] + [SimpleNamespace(stats_spec=PriorSpec(workload=w), candidates=[flat]) for w in ("math", "search")]
+    assert not planner.staggered(raw, None, 0, split).stagger_fill
