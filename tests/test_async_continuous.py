@@ -355,9 +355,11 @@ def test_the_planner_staggers_a_throughput_bound_fill_only() -> None:
     (``stagger_gain_s``: a lower predicted step); a few trajectories a step do not (the cohort
     costs little more than one step), and a plan searched while an async pipeline runs never
     does (its fill is past)."""
+    from dataclasses import replace
+
     from test_planner_workload import make_history
 
-    from libra.planner.search import STAGGER_MARGIN, Planner, SearchOptions
+    from libra.planner.search import STAGGER_MARGIN, Planner, Replanner, SearchOptions
     from libra.planner.stats import PriorSpec
 
     cl = ClusterSpec(16, "a800", "qwen3-8b")
@@ -370,6 +372,10 @@ def test_the_planner_staggers_a_throughput_bound_fill_only() -> None:
     assert plan.predicted_step_s < raw.step_s
     running = planner.search(busy, busy[-1].prompt_tokens, current=plan).best
     assert not running.stagger_fill
+    # the launch plan kept for the next step (planned before any rollout ended) does not stagger again
+    keep = Replanner(planner, current=replace(plan, notes={**plan.notes, "from_prior": True}))
+    kept = keep.plan((), busy[-1].prompt_tokens)
+    assert kept.n_train_gpus == plan.n_train_gpus and not kept.stagger_fill
     few = make_history(1, n=16)
     quiet = Planner(cl, options=SearchOptions(mode="async", max_staleness=1, run_steps=6))
     assert not quiet.plan(few, few[-1].prompt_tokens).stagger_fill

@@ -2021,13 +2021,16 @@ class Replanner:
         current = self.current
         in_flight = max(0, self.planned - len(history))
         self.planned += 1
+        # a plan kept for the next step keeps everything but the fill's choice: only the
+        # pipeline's first step rolls out alone (``Plan.stagger_fill``); copied, the next one
+        # would hold the step after it too, beyond the staleness gate the fill was priced with
         if (not history and current is not None and current.notes.get("from_prior")
                 and (prompt_tokens is None or len(prompt_tokens) >= current.train.dp)):
-            return replace(current, notes={**current.notes, "replanned": False})
+            return replace(current, stagger_fill=False, notes={**current.notes, "replanned": False})
         if self.current is not None and self.policy == "drift" and self._stats is not None:
             stats = compute_stats(history, prompt_tokens, window=self.planner.options.window, prior=PriorSpec.of(self.planner.cluster))
             if stats.n_trajectories == self._stats.n_trajectories and stats.drift(self._stats) <= self.threshold:
-                return replace(self.current, notes={**self.current.notes, "replanned": False})
+                return replace(self.current, stagger_fill=False, notes={**self.current.notes, "replanned": False})
         res = self.planner.search(history, prompt_tokens, self.current, rollouts_in_flight=in_flight)
         self._stats = res.stats
         self.replans += 1
