@@ -904,29 +904,10 @@ class Planner:
         if not history and self.options.hedge_unknown_kind and not known_kind(spec):
             return self.hedged_search(prompt_tokens, current, spec)
         res = self._search(history, prompt_tokens, current, spec, in_flight=rollouts_in_flight)
-        if not self.stagger_gain(res.best, self.fill_steps(len(history)), STAGGER_COHORT_SHARE) >= STAGGER_MARGIN:
-            return res  # no pipeline starts here, or its fill gains too little in its own forecast
-        return replace(res, best=self.staggered(res.best, current, len(history), self._fill_scenarios(res, history, prompt_tokens, current)))
-
-    def _fill_scenarios(self, res: SearchResult, history: Sequence[StepArrays], prompt_tokens: np.ndarray | None,
-                        current: Plan | None) -> list[SearchResult]:
-        """The searches a plan's fill is also priced in (``staggered``) when it was planned from a
-        declared kind's prior: that prior itself and it stretched to each of
-        ``PRIOR_STRETCH``'s short side and ``LAUNCH_STRETCH``; none when it was planned from
-        measured steps or starts no pipeline. Why: one prior gives no spread of its forecast, and
-        the bundled Search-R1 windows on 44 B200 / Qwen3-30B-A3B were forecast 16.5 s rollouts the
-        engines' throughput bound, where each ran 36-40 s on a chain of tool calls (one step alone
-        35.7 s, beside the next 37.5 s): staggered, 0.993x -> 0.944x (held_out_55, seen,
-        SIMULATED)."""
-        if history or res.stats_spec is None or res.best.mode != "async" or (current is not None and current.mode == "async"):
-            return []
-        out = [res]
-        for f in sorted({*(f for f in PRIOR_STRETCH if f < 1.0), LAUNCH_STRETCH}):
-            try:
-                out.append(self._search((), prompt_tokens, current, replace(res.stats_spec, stretch=res.stats_spec.stretch * f), bound=False))
-            except UserError:
-                continue
-        return out
+        if not history:
+            # a declared kind's one prior: no fill choice (``staggered``, "Why not from a declared prior")
+            return res
+        return replace(res, best=self.staggered(res.best, current, len(history)))
 
     def fill_steps(self, done: int) -> int:
         """The steps an async pipeline started after ``done`` steps is priced over when choosing
@@ -965,11 +946,11 @@ class Planner:
         """``best``, its first async step rolling out alone (``Candidate.stagger_fill``) when the
         pipeline starts with it (no async plan in force) and that ends the run at least
         ``STAGGER_MARGIN`` sooner, with the cycle's excess counted at ``STAGGER_COHORT_SHARE``;
-        when planned from a prior, also on average over the prior scenarios ``scenarios`` (a hedged
-        launch's, or a declared kind's prior and it stretched shorter, ``_fill_scenarios``; each
-        prior once, the first search of it that priced an async split with ``best``'s training GPU
+        at a hedged launch, also on average over its prior scenarios ``scenarios`` (each prior
+        once, the first search of it that priced an async split with ``best``'s training GPU
         count, that search's best such candidate). Its predicted step then is the staggered run's
-        mean step.
+        mean step. ``Planner.search`` asks it of plans made from measured steps and of a hedged
+        launch only.
 
         Why the scenarios too: the choice turns on whether the engines are throughput-bound (the
         cohort near K + 1 times one step alone), which the default prior's long steps say more
@@ -977,7 +958,17 @@ class Planner:
         worst case, as for the launch split (``_split_by_regret``): MINT's 1,136 trajectories a
         step on 56 A800 gain 4-11% in the unstretched scenarios and 1-4% in the shortest, 4.3% on
         average; a few hundred short ReAct trajectories gain under 1% in the default prior
-        already (FEVER on 38 B200: 0.4%)."""
+        already (FEVER on 38 B200: 0.4%).
+
+        Why not from a declared kind's prior: whether step 0 alone is throughput- or tail-bound
+        turns on its tool-call chains, which one kind's prior fixes (its stretched scenarios scale
+        tokens, not tool latencies) and which the search prior underestimates on the bundled
+        Search-R1 trace: forecast 16.5 s rollouts the engines' throughput bounds on 44 B200 /
+        Qwen3-30B-A3B, run 36-40 s on chains of tool calls (one step alone 35.7 s, beside the next
+        37.5 s). Staggered on that prior and on it stretched to 1/3 and 1/9 (mean gain 4.5%), the
+        never-lose grid's search-bundled/h100-32-14b/K1 went 44.8 -> 47.0 s a step, its one loss
+        (0.955x, SIMULATED, session 47); held_out_56's search-z on 56 A800 1.000x -> 0.954x at a
+        looser margin. An undeclared kind's scenarios span the kinds' tool structures."""
         if best.stagger_fill or (current is not None and current.mode == "async"):
             return best
         steps = self.fill_steps(done)
