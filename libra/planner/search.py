@@ -343,12 +343,13 @@ TIE_TOLERANCE = 0.02
 #: An async pipeline that starts with a plan lets its first step roll out alone
 #: (``Plan.stagger_fill``) only when that is forecast to end the run at least this fraction of it
 #: sooner (``libra.planner.pipeline.stagger_gain_s``), in its own forecast (``STAGGER_COHORT_SHARE``)
-#: and on average over the prior scenarios it was planned under (``Planner.staggered``). Why a
+#: and, at a hedged launch, on average over its prior scenarios (``Planner.staggered``). Why a
 #: margin: the gain is the difference of two pipeline forecasts that share every error but the
 #: cohort's, and where the engines are latency-bound it is small and of either sign (FEVER on 38
 #: B200 / Qwen3-32B at K = 1: forecast 0.4% sooner, ran 5% later, SIMULATED). Why 3%, above the
 #: candidates' tie band (``TIE_TOLERANCE``): at 2% the bundled Search-R1 windows on 44 B200 /
-#: Qwen3-30B-A3B staggered on a 2.2% scenario average and ran 0.993x -> 0.944x (seen, held_out_55).
+#: Qwen3-30B-A3B (a declared kind, then priced too) staggered on a 2.2% scenario average and ran
+#: 0.993x -> 0.944x (seen, held_out_55).
 STAGGER_MARGIN = 0.03
 
 #: The part of the staleness cycle's forecast excess over one step's rollout alone that the fill's
@@ -359,9 +360,10 @@ STAGGER_MARGIN = 0.03
 #: a cycle 1.36x one step alone (a 3.1% gain over six steps) and ran step 0 at 47.6 s beside step
 #: 1 against 42.2 s alone (1.13x; its rollout was bound by one long trajectory); staggered, the run
 #: took 37.8 s a step against 36.1 s (held_out_56 search-z/a800-56-32b/K1, seen, SIMULATED). Counted
-#: at half, that forecast gains 0.6% and MINT's (1.59x forecast, 1.49x run) still 4.3%. Only the
-#: plan's own forecast is discounted; the prior scenarios of an undeclared kind are averaged at
-#: their forecasts (their spread is the uncertainty there: MINT's average 3.4-4.3%, at half 1.8-2.3%).
+#: at half, that forecast gains 0.6% and MINT's (1.59x forecast, 1.49x run) still 4.3%. (A declared
+#: kind's launch now makes no fill choice at all, ``Planner.staggered``.) Only the plan's own
+#: forecast is discounted; the prior scenarios of an undeclared kind are averaged at their
+#: forecasts (their spread is the uncertainty there: MINT's average 3.4-4.3%, at half 1.8-2.3%).
 STAGGER_COHORT_SHARE = 0.5
 
 
