@@ -382,8 +382,7 @@ def test_the_planner_staggers_a_throughput_bound_fill_only() -> None:
 
 
 def test_a_fill_staggers_only_where_the_prior_scenarios_agree_on_average() -> None:
-    """``Planner.staggered`` with prior scenarios (a hedged launch's, or a declared kind's prior
-    stretched shorter): the plan staggers when the scenarios' mean gain reaches
+    """``Planner.staggered`` with prior scenarios (a hedged launch's): the plan staggers when the scenarios' mean gain reaches
     ``STAGGER_MARGIN``, and keeps the cohort when most scenarios see the cycle cost no more than
     one step alone (latency-bound steps: staggering would serialize two rollouts)."""
     from dataclasses import replace as _replace
